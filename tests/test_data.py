@@ -1,0 +1,103 @@
+"""Data: built-in corpora, sources, chat masking, packing, split and cache."""
+
+import json
+
+import pytest
+
+from data.corpora import icd10cm, medical_hpo, python_code, python_docs
+from data.datamodule import DistillDataModule, split_and_pack
+from data.packing import encode, encode_chat, pack
+from data.sources import iter_source
+
+
+def test_builtin_corpora_yield_real_text():
+    hpo = next(iter(medical_hpo()))
+    assert ": " in hpo and len(hpo) > 40
+    assert next(iter(icd10cm())).startswith("ICD-10-CM, ")
+    assert "def " in next(iter(python_code())) or "import" in next(iter(python_code()))
+    assert len(next(iter(python_docs())).split()) >= 8
+
+
+def test_hpo_skips_obsolete_terms():
+    assert not any(doc.lower().startswith("obsolete") for doc in medical_hpo())
+
+
+def test_pack_cuts_full_blocks_and_masks_labels():
+    encoded = [([1, 2, 3], [1, 1, 1]), ([4, 5, 6, 7], [0, 0, 1, 1]), ([8, 9], [1, 1])]
+    blocks = pack(encoded, block_size=4)
+    assert blocks["input_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert blocks["labels"] == [[1, 2, 3, -100], [-100, 6, 7, 8]]  # tail [9] dropped
+    with pytest.raises(ValueError, match="block_size"):
+        pack(encoded, block_size=1)
+
+
+def test_pack_drops_blocks_with_nothing_to_learn():
+    assert pack([([1, 2, 3, 4], [0, 0, 0, 0])], block_size=4)["input_ids"] == []
+
+
+def test_chat_masks_the_prompt(tokenizer):
+    messages = [{"role": "user", "content": "What is fever?"}, {"role": "assistant", "content": "A high temperature."}]
+    ids, mask = encode_chat(tokenizer, messages)
+    text = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert "high temperature" in text and "fever" not in text
+    assert len(ids) == len(mask) and 0 < sum(mask) < len(mask)
+    _, all_mask = encode_chat(tokenizer, messages, train_on_prompt=True)
+    assert all(all_mask)
+
+
+def test_text_examples_end_with_eos(tokenizer):
+    (ids, mask), = encode(tokenizer, ["hello world"])
+    assert ids[-1] == tokenizer.eos_token_id and all(mask)
+
+
+def test_files_source_reads_jsonl_txt_and_chat(tmp_path):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"body": "first"}) + "\n" + json.dumps({"body": "second"}) + "\n")
+    assert list(iter_source({"kind": "files", "path": str(tmp_path / "a.jsonl"), "text_field": "body"})) == \
+        ["first", "second"]
+    (tmp_path / "b.txt").write_text("line one\nline two\n")
+    assert list(iter_source({"kind": "files", "path": str(tmp_path / "*.txt")})) == ["line one", "line two"]
+    (tmp_path / "c.jsonl").write_text(json.dumps({"prompt": "q", "response": "a"}) + "\n")
+    chat = list(iter_source({"kind": "files", "path": str(tmp_path / "c.jsonl"), "format": "chat"}))
+    assert chat == [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]]
+
+
+def test_bad_sources_fail_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        list(iter_source({"kind": "files", "path": str(tmp_path / "missing*.jsonl")}))
+    (tmp_path / "a.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(KeyError, match=r"no text field 'text'.*\['body'\]"):
+        list(iter_source({"kind": "files", "path": str(tmp_path / "a.jsonl")}))
+    with pytest.raises(ValueError, match="Unknown built-in corpus"):
+        list(iter_source({"kind": "builtin", "name": "nope"}))
+
+
+def test_empty_source_is_an_error(tokenizer, tmp_path):
+    (tmp_path / "empty.txt").write_text("\n\n")
+    with pytest.raises(ValueError, match="is empty"):
+        split_and_pack(tokenizer, [{"kind": "files", "path": str(tmp_path / "empty.txt")}], 16, None, 64)
+
+
+def test_split_is_by_document_and_respects_budgets(tokenizer, tmp_path):
+    docs = [f"doc{i:03d} " + "alpha beta gamma " * 5 for i in range(100)]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    packed, stats = split_and_pack(tokenizer, [{"kind": "files", "path": str(tmp_path / "d.jsonl")}], 32,
+                                   train_tokens=600, val_tokens=128)
+    decode = lambda blocks: {w for b in blocks for w in tokenizer.decode(b).split() if w.startswith("doc")}
+    train_docs, val_docs = decode(packed["train"]["input_ids"]), decode(packed["val"]["input_ids"])
+    assert train_docs and val_docs and not train_docs & val_docs
+    assert len(packed["val"]["input_ids"]) <= 4
+    assert stats[0]["train_tokens"] <= 600 + 64
+
+
+def test_datamodule_caches_and_serves_batches(tokenizer, text_file, tmp_path):
+    kwargs = dict(sources=[{"kind": "files", "path": str(text_file)}], block_size=32, batch_size=2, val_tokens=64,
+                  cache_dir=tmp_path)
+    dm = DistillDataModule(tokenizer, **kwargs)
+    dm.prepare_data()
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape == (2, 32) and batch["attention_mask"].all()
+    assert dm.cache_path.is_dir() and (dm.cache_path / "stats.json").is_file()
+    again = DistillDataModule(tokenizer, **kwargs)
+    assert again.cache_path == dm.cache_path  # same inputs, same cache entry
+    assert DistillDataModule(tokenizer, **{**kwargs, "block_size": 16}).cache_path != dm.cache_path

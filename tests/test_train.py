@@ -1,0 +1,102 @@
+"""Training end to end on tiny models: fit, checkpoint holds the draft only, export round trip."""
+
+import json
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from conftest import CONF, make_model
+from train.distill import train
+from train.export import draft_from_checkpoint, export_checkpoint, read_checkpoint
+from train.module import DistillModule, loss_mask, warmup_cosine
+
+
+def tiny_cfg(tmp_path, tiny_target_dir, text_file, *extra):
+    overrides = [
+        "model/target=local", f"model.target.name_or_path={tiny_target_dir}", "model.draft.layers=[0,2]",
+        "data=files", f"data.sources=[{{kind: files, path: '{text_file}', text_field: text}}]",
+        "data.block_size=32", "data.batch_size=2", "data.eval_batch_size=4", "data.val_tokens=64",
+        "trainer.max_steps=3", "trainer.val_check_interval=2", "trainer.accelerator=cpu",
+        "+trainer.enable_model_summary=false", "progress_bar=none", "optim.warmup_steps=1",
+        f"paths.output_dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}", *extra,
+    ]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("distill", overrides=overrides)
+
+
+def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file))
+    run = tmp_path / "run"
+    assert summary["steps"] == 3
+    assert json.loads((run / "summary.json").read_text())["export"] == str(run / "export")
+    for key in ("val/top1_agree", "val/expected_accept", "val/kl"):
+        assert 0 <= summary["before"][key] and 0 <= summary["after"][key]
+
+    ckpt = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert ckpt["state_dict"] and not any(k.startswith("target.") for k in ckpt["state_dict"])
+    assert all(k.startswith("draft.") for k in ckpt["state_dict"])
+
+    exported = AutoModelForCausalLM.from_pretrained(run / "export").eval()
+    tokenizer = AutoTokenizer.from_pretrained(run / "export")
+    assert exported.config.num_hidden_layers == 2 and len(tokenizer) == exported.config.vocab_size
+    ids = tokenizer("The patient presented with fever", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(exported(ids).logits, draft_from_checkpoint(ckpt)(ids).logits, atol=1e-5)
+    assert (run / "csv" / "metrics.csv").is_file()
+
+    with pytest.raises(FileExistsError, match="export.overwrite=true"):
+        export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")
+    export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export", overwrite=True)
+
+
+def test_fast_dev_run(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "+trainer.fast_dev_run=true", "export.enabled=false"))
+    assert summary["steps"] == 1 and "export" not in summary
+
+
+def test_distillation_lowers_kl_on_tiny_models(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "trainer.max_steps=25",
+                             "trainer.val_check_interval=25", "optim.lr=1e-2", "export.enabled=false"))
+    assert summary["after"]["val/kl"] < 0.8 * summary["before"]["val/kl"]
+
+
+def test_existing_export_dir_fails_before_any_work(tmp_path, tiny_target_dir, text_file):
+    (tmp_path / "run" / "export").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="export.overwrite=true"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file))
+
+
+def test_gradient_reaches_only_the_draft_and_target_stays_frozen(tokenizer):
+    target = make_model(len(tokenizer), layers=2)
+    draft = make_model(len(tokenizer), layers=1, seed=5).train()
+    module = DistillModule(target, draft)
+    module.train()
+    assert not target.training and draft.training
+    ids = torch.randint(0, len(tokenizer), (2, 12))
+    out = module._distill({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}, metrics=False)
+    out["loss"].backward()
+    assert all(p.grad is None for p in target.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in draft.parameters())
+
+
+def test_loss_mask_shifts_labels():
+    labels = torch.tensor([[5, -100, 7, 8]])
+    assert loss_mask(labels).tolist() == [[False, True, True, False]]
+
+
+def test_warmup_cosine_schedule():
+    assert warmup_cosine(0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert warmup_cosine(9, 10, 100, 0.1) == pytest.approx(1.0)
+    assert warmup_cosine(100, 10, 100, 0.1) == pytest.approx(0.1)
+    assert warmup_cosine(55, 10, 100, 0.1) == pytest.approx(0.55)
+
+
+def test_corrupted_checkpoint_fails_clearly(tmp_path):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError, match="corrupted or truncated"):
+        read_checkpoint(bad)
+    with pytest.raises(FileNotFoundError, match="No checkpoint"):
+        read_checkpoint(tmp_path / "missing.ckpt")

@@ -1,0 +1,1 @@
+"""Distillation training: the only package that imports Lightning."""

@@ -1,0 +1,157 @@
+"""Distill a draft model from a frozen target's logits, then export it as a Hugging Face folder.
+
+    python train/distill.py                                  # embedded SmolLM2-135M-Instruct target, general text
+    python train/distill.py +domain=medical                  # medical corpora (HPO + ICD-10-CM)
+    python train/distill.py trainer.max_steps=20 logger=wandb
+
+Prints validation top-1 agreement and E[accept] = mean sum_v min(p, q) before and after training, and where
+the checkpoint and the export landed. Everything is configured in conf/ (see README "Cookbook").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, TQDMProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from data.datamodule import DistillDataModule
+from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from train.drafts import build_draft
+from train.export import export_checkpoint, tokenizer_files
+from train.loggers import build_loggers
+from train.module import DistillModule
+
+log = logging.getLogger("draftsmith")
+METRICS = ("val/top1_agree", "val/expected_accept", "val/kl")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Fail on bad values before loading anything."""
+    if cfg.loss.temperature <= 0:
+        raise ValueError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
+    if cfg.data.block_size < 2 or cfg.data.batch_size < 1:
+        raise ValueError("data.block_size must be >= 2 and data.batch_size >= 1.")
+    if cfg.optim.lr <= 0:
+        raise ValueError(f"optim.lr must be > 0, got {cfg.optim.lr}.")
+    if cfg.export.checkpoint not in ("last", "best"):
+        raise ValueError(f"export.checkpoint must be last or best, got '{cfg.export.checkpoint}'.")
+    out = Path(cfg.export.dir)
+    if cfg.export.enabled and out.exists() and not cfg.export.overwrite:
+        raise FileExistsError(f"Export folder {out} already exists. Fix: set export.dir elsewhere, "
+                              "or export.overwrite=true.")
+
+
+def build_models(cfg: DictConfig):
+    t, d, cache = cfg.model.target, cfg.model.draft, cfg.paths.cache_dir
+    log.info("target: loading %s", t.name_or_path)
+    tokenizer = load_tokenizer(t.name_or_path, cache_dir=cache, trust_remote_code=t.trust_remote_code)
+    target = load_frozen(t.name_or_path, dtype=t.dtype, cache_dir=cache, attn_implementation=t.attn_implementation,
+                         revision=t.revision, trust_remote_code=t.trust_remote_code)
+    draft_tokenizer = None
+    if d.kind == "pretrained":  # the other kinds copy the target's vocabulary by construction
+        draft_tokenizer = load_tokenizer(d.name_or_path, cache_dir=cache)
+        check_same_vocab(tokenizer, draft_tokenizer, target_name=t.name_or_path, draft_name=d.name_or_path)
+    draft = build_draft(target, d.kind, layers=d.get("layers"), config=d.get("config"),
+                        copy_embeddings=d.get("copy_embeddings", True), name_or_path=d.get("name_or_path"),
+                        train_embeddings=d.train_embeddings, dtype=d.dtype, cache_dir=cache, seed=cfg.seed)
+    check_same_vocab(tokenizer, draft_tokenizer, target, draft, t.name_or_path, f"draft ({d.kind})")
+    max_pos = getattr(target.config, "max_position_embeddings", None)
+    if max_pos and cfg.data.block_size > max_pos:
+        raise ValueError(f"data.block_size={cfg.data.block_size} exceeds the target's maximum sequence length "
+                         f"({max_pos}). Fix: data.block_size={max_pos} or less.")
+    n_target = sum(p.numel() for p in target.parameters())
+    n_draft = sum(p.numel() for p in draft.parameters())
+    n_train = sum(p.numel() for p in draft.parameters() if p.requires_grad)
+    log.info("target %.1fM params (frozen) | draft %.1fM params, %.1fM trainable", n_target / 1e6, n_draft / 1e6,
+             n_train / 1e6)
+    return tokenizer, target, draft
+
+
+def metrics_table(before: dict, after: dict) -> str:
+    rows = [f"{'metric':<22}{'before':>10}{'after':>10}"]
+    for key in METRICS:
+        rows.append(f"{key:<22}{before.get(key, float('nan')):>10.4f}{after.get(key, float('nan')):>10.4f}")
+    return "\n".join(rows)
+
+
+def train(cfg: DictConfig) -> dict:
+    check_config(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    L.seed_everything(cfg.seed, workers=True)
+    output_dir = Path(cfg.paths.output_dir).resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+
+    tokenizer, target, draft = build_models(cfg)
+    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
+    datamodule = DistillDataModule(tokenizer, sources=data_cfg["sources"], block_size=data_cfg["block_size"],
+                                   batch_size=data_cfg["batch_size"], eval_batch_size=data_cfg["eval_batch_size"],
+                                   max_train_tokens=data_cfg["max_train_tokens"], val_tokens=data_cfg["val_tokens"],
+                                   train_on_prompt=data_cfg["train_on_prompt"], seed=cfg.seed,
+                                   num_workers=data_cfg["num_workers"], cache_dir=cfg.paths.cache_dir,
+                                   name=data_cfg["name"])
+    meta = {"target": cfg.model.target.name_or_path, "tokenizer_files": tokenizer_files(tokenizer),
+            "generation_config": target.generation_config.to_dict() if target.generation_config else None,
+            "config": OmegaConf.to_container(cfg, resolve=True)}
+    module = DistillModule(target, draft, loss=cfg.loss.name, temperature=cfg.loss.temperature,
+                           chunk_size=cfg.loss.chunk_size, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
+                           betas=tuple(cfg.optim.betas), warmup_steps=cfg.optim.warmup_steps,
+                           min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta)
+
+    ckpt_dir = output_dir / "checkpoints"
+    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-ea{val/expected_accept:.4f}",
+                                 monitor="val/expected_accept", mode="max", save_top_k=1, save_last=True,
+                                 auto_insert_metric_name=False)
+    callbacks = [checkpoint, LearningRateMonitor(logging_interval="step")]
+    if cfg.progress_bar not in ("rich", "tqdm", "none"):
+        raise ValueError(f"progress_bar must be rich, tqdm or none, got '{cfg.progress_bar}'.")
+    if cfg.progress_bar != "none":
+        callbacks.append(RichProgressBar() if cfg.progress_bar == "rich" else TQDMProgressBar())
+    run_name = f"{cfg.task_name}-{cfg.data.name}-{cfg.loss.name}-{cfg.model.draft.kind}"
+    loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), output_dir, run_name,
+                            OmegaConf.to_container(cfg, resolve=True))
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=loggers or False,
+                        callbacks=callbacks, default_root_dir=str(output_dir),
+                        enable_progress_bar=cfg.progress_bar != "none")
+
+    before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+    last = ckpt_dir / "last.ckpt"
+    trainer.save_checkpoint(last)  # the final weights, whatever the checkpoint schedule was
+
+    summary = {"output_dir": str(output_dir), "last_checkpoint": str(last),
+               "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
+               "before": before, "after": after, "seconds": round(time.time() - started, 1),
+               "threads": torch.get_num_threads(), "device": str(module.device)}
+    if cfg.export.enabled:
+        source = last if cfg.export.checkpoint == "last" or not checkpoint.best_model_path \
+            else Path(checkpoint.best_model_path)
+        summary["export"] = str(export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite,
+                                                  dtype=cfg.export.dtype, extra_info={"val": after}))
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    log.info("validation, teacher-forced (top1_agree: greedy acceptance proxy; expected_accept: sum_v min(p,q)):\n%s",
+             metrics_table(before, after))
+    log.info("checkpoint: %s", last)
+    if "export" in summary:
+        log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])
+    log.info("summary:    %s  (%.0f s)", output_dir / "summary.json", summary["seconds"])
+    return summary
+
+
+@hydra.main(config_path="../conf", config_name="distill", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Turn a Draftsmith checkpoint into a plain Hugging Face folder (safetensors, config, tokenizer,
+generation config) that `AutoModelForCausalLM.from_pretrained` and serving engines load as is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+_META = "draftsmith"
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No checkpoint at {path}. Fix: point ckpt_path to a .ckpt file "
+                                f"(runs write <output_dir>/checkpoints/last.ckpt).")
+    try:
+        # Our own file: it holds plain Python values (config dicts, tokenizer bytes) besides tensors.
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - truncated zip, pickle errors... all mean the same to a user
+        raise RuntimeError(f"Checkpoint {path} is corrupted or truncated ({type(err).__name__}: {err}). "
+                           "Fix: use another checkpoint, e.g. last.ckpt or the best one in the same folder.") from err
+    if _META not in ckpt:
+        raise ValueError(f"{path} was not written by Draftsmith (no '{_META}' entry): cannot export it.")
+    return ckpt
+
+
+def draft_from_checkpoint(ckpt: dict):
+    """Rebuild the draft model (eval mode) from a checkpoint dict."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    meta = ckpt[_META]
+    config_dict = dict(meta["draft_config"])
+    config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = {k[len("draft."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("draft.")}
+    model.load_state_dict(state, strict=True)
+    if meta.get("generation_config"):
+        model.generation_config = GenerationConfig.from_dict(meta["generation_config"])
+    return model.eval()
+
+
+def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.PathLike, *,
+                    overwrite: bool = False, info: dict | None = None, dtype: str | None = None) -> Path:
+    """Write model + tokenizer files into `out_dir` atomically (a temp folder renamed into place)."""
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"Export folder {out} already exists. Fix: choose another export.dir, "
+                              "or pass export.overwrite=true to replace it.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        if dtype:
+            model = model.to(getattr(torch, dtype))
+        model.save_pretrained(tmp, safe_serialization=True)
+        for name, blob in tokenizer_files.items():
+            (tmp / name).write_bytes(blob)
+        (tmp / "draftsmith.json").write_text(json.dumps(info or {}, indent=2, default=str))
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
+                      dtype: str | None = None, extra_info: dict | None = None) -> Path:
+    ckpt = read_checkpoint(ckpt_path)
+    meta = ckpt[_META]
+    model = draft_from_checkpoint(ckpt)
+    info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"),
+            "global_step": ckpt.get("global_step"), **(extra_info or {})}
+    return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info, dtype=dtype)
+
+
+def tokenizer_files(tokenizer) -> dict[str, bytes]:
+    """The files `save_pretrained` writes for a tokenizer, as bytes (stored inside checkpoints)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}

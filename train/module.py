@@ -1,0 +1,115 @@
+"""DistillModule: a frozen target teaches a trainable draft through its logits.
+
+The target is registered as a submodule (so strategies such as FSDP can shard it) but it is frozen, kept
+in eval mode, and stripped from every checkpoint: a checkpoint holds the draft, its config and the
+tokenizer files, enough to export it alone (train/export.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+
+from train.losses import chunked_distill, get_loss
+
+_META = "draftsmith"
+
+
+def final_hidden(model, batch) -> torch.Tensor:
+    """Last hidden states of a causal LM, without computing the full (batch, seq, vocab) logits."""
+    decoder = model.get_decoder()
+    return decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state
+
+
+def loss_mask(labels: torch.Tensor) -> torch.Tensor:
+    """Position t predicts token t+1: it counts when labels[t+1] is not -100."""
+    mask = torch.zeros_like(labels, dtype=torch.bool)
+    mask[:, :-1] = labels[:, 1:] != -100
+    return mask
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """LR multiplier: linear warmup to 1, then cosine decay to min_ratio at total_steps."""
+    if step < warmup_steps:
+        return (step + 1) / max(1, warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class DistillModule(L.LightningModule):
+    def __init__(self, target, draft, *, loss: str = "forward_kl", temperature: float = 1.0, chunk_size: int = 1024,
+                 lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
+                 min_lr_ratio: float = 0.1, meta: dict | None = None):
+        super().__init__()
+        self.save_hyperparameters(ignore=["target", "draft", "meta"])
+        self.target = target.eval().requires_grad_(False)
+        self.draft = draft
+        self.loss_fn = get_loss(loss)
+        self.meta = dict(meta or {})
+        self._last_step_time: float | None = None
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.target.eval()  # frozen: no dropout, whatever Lightning asks of the module
+        return self
+
+    def _distill(self, batch, metrics: bool):
+        with torch.no_grad():
+            teacher = final_hidden(self.target, batch)
+        student = final_hidden(self.draft, batch)
+        return chunked_distill(student, teacher, self.draft.get_output_embeddings(),
+                               self.target.get_output_embeddings(), loss_mask(batch["labels"]), self.loss_fn,
+                               self.hparams.temperature, self.hparams.chunk_size, metrics=metrics)
+
+    def training_step(self, batch, batch_idx):
+        out = self._distill(batch, metrics=False)
+        if not torch.isfinite(out["loss"]):
+            raise FloatingPointError(f"train/loss is {out['loss'].item()} at step {self.global_step}: stopping. "
+                                     "The last good checkpoint is kept. Fix: lower optim.lr or use precision=32.")
+        self.log("train/loss", out["loss"], prog_bar=True, on_step=True, batch_size=int(out["tokens"]))
+        now = time.perf_counter()
+        if self._last_step_time is not None:
+            self.log("train/tokens_per_s", batch["input_ids"].numel() / (now - self._last_step_time), prog_bar=True)
+        self._last_step_time = now
+        return out["loss"]
+
+    def validation_step(self, batch, batch_idx):
+        out = self._distill(batch, metrics=True)
+        n = max(int(out["tokens"]), 1)
+        for key in ("kl", "top1_agree", "expected_accept"):
+            self.log(f"val/{key}", out[key], on_epoch=True, batch_size=n, prog_bar=key != "kl", sync_dist=True)
+        self.log("val/loss", out["loss"], on_epoch=True, batch_size=n, sync_dist=True)
+
+    def on_validation_start(self):
+        self._last_step_time = None  # a validation pause is not training time
+
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for param in self.draft.parameters():
+            if param.requires_grad:
+                (decay if param.ndim >= 2 else no_decay).append(param)
+        if not decay and not no_decay:
+            raise ValueError("The draft has no trainable parameter.")
+        hp = self.hparams
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=hp.lr, betas=tuple(hp.betas))
+        total = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, hp.warmup_steps, total, hp.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # --- checkpoints: the draft only -------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint):
+        state = checkpoint["state_dict"]
+        for key in [k for k in state if k.startswith("target.")]:
+            del state[key]
+        checkpoint[_META] = {**self.meta, "draft_config": self.draft.config.to_dict()}
+
+    def on_load_checkpoint(self, checkpoint):
+        if _META not in checkpoint:
+            raise ValueError("This checkpoint was not written by Draftsmith's DistillModule (no 'draftsmith' entry).")
+        # The frozen target is never saved: put the live one back so strict loading still checks the draft.
+        checkpoint["state_dict"].update({f"target.{k}": v for k, v in self.target.state_dict().items()})
