@@ -100,3 +100,18 @@ def test_corrupted_checkpoint_fails_clearly(tmp_path):
         read_checkpoint(bad)
     with pytest.raises(FileNotFoundError, match="No checkpoint"):
         read_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_wandb_without_key_or_network_logs_offline_and_never_crashes(tmp_path, tiny_target_dir, text_file,
+                                                                      monkeypatch):
+    from train.loggers import wandb_mode
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no key
+    assert wandb_mode("auto") == "offline"
+    assert wandb_mode("disabled") == "disabled"
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "logger=wandb", "trainer.max_steps=2",
+                             "export.enabled=false"))
+    assert summary["steps"] == 2
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
