@@ -1,0 +1,70 @@
+"""Speculative-decoding metrics from step logs, and the cost model. Pure functions.
+
+Definitions (DESIGN.md):
+- alpha: accepted / (accepted + rejected); a rejected token is the one where verification stopped,
+  drafted tokens after it count as neither (Leviathan et al.'s alpha).
+- accepted_per_proposed: accepted / all drafted tokens.
+- tau: tokens emitted per target verification call, the bonus/correction token INCLUDED (Spec-Bench).
+- per-position acceptance: P(position i accepted | positions < i accepted), i = 1..gamma.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+
+def _pairs(steps: Iterable) -> list[tuple[int, int]]:
+    """(drafted, accepted) for each step; accepts StepLog objects or (drafted, accepted) tuples."""
+    return [(s.drafted, s.accepted) if hasattr(s, "drafted") else (int(s[0]), int(s[1])) for s in steps]
+
+
+def acceptance(steps: Iterable) -> dict:
+    pairs = _pairs(steps)
+    drafted = sum(d for d, _ in pairs)
+    accepted = sum(a for _, a in pairs)
+    rejected = sum(1 for d, a in pairs if a < d)
+    n_steps = len(pairs)
+    return {
+        "alpha": accepted / (accepted + rejected) if accepted + rejected else float("nan"),
+        "accepted_per_proposed": accepted / drafted if drafted else float("nan"),
+        "tau": (accepted + n_steps) / n_steps if n_steps else float("nan"),
+        "drafted": drafted, "accepted": accepted, "rejected": rejected, "verify_calls": n_steps,
+    }
+
+
+def per_position_accept(steps: Iterable, gamma: int) -> list[float]:
+    """[P(pos 1 accepted), P(pos 2 accepted | pos 1 accepted), ...]; NaN where no step reached a position."""
+    pairs = _pairs(steps)
+    out = []
+    for i in range(1, gamma + 1):
+        reached = [(d, a) for d, a in pairs if d >= i and a >= i - 1]
+        out.append(sum(1 for _, a in reached if a >= i) / len(reached) if reached else float("nan"))
+    return out
+
+
+def expected_tokens_per_step(alpha: float, gamma: int) -> float:
+    """E[tokens emitted per verification] for i.i.d. acceptance alpha, bonus token included."""
+    if alpha >= 1:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Leviathan et al.: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), c = draft step / target step."""
+    return expected_tokens_per_step(alpha, gamma) / (gamma * c + 1)
+
+
+def hardware_speedup(alpha: float, gamma: int, draft_step_s: float, target_pass_s: Sequence[float]) -> float:
+    """Expected speedup with measured costs: target_pass_s[k-1] is the time of a k-token target pass.
+
+    One step costs gamma draft steps plus one (gamma+1)-token target pass; target-only decoding costs
+    one 1-token pass per token.
+    """
+    step_s = gamma * draft_step_s + target_pass_s[gamma]
+    return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / step_s
+
+
+def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float]) -> tuple[int, float]:
+    """The gamma in 1..len(target_pass_s)-1 that maximises the hardware-aware speedup."""
+    options = [(g, hardware_speedup(alpha, g, draft_step_s, target_pass_s)) for g in range(1, len(target_pass_s))]
+    return max(options, key=lambda x: x[1])

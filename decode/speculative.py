@@ -1,0 +1,173 @@
+"""Speculative decoding, batch size 1: a proposer drafts gamma tokens, the target verifies them in one
+forward pass, `accept_reject` keeps a prefix, and both KV caches roll back to the last kept token.
+
+Target-only decoding runs through the same loop with a proposer that drafts nothing, so speedups compare
+like with like. Every step is logged (drafted, accepted, timings, target entropy at judged positions).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from transformers import DynamicCache
+
+from decode.sampling import accept_reject, logits_to_probs, sample
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
+
+
+@dataclass
+class StepLog:
+    drafted: int  # gamma used this step (0 for target-only)
+    accepted: int  # drafted tokens kept
+    draft_s: float
+    verify_s: float
+    entropies: list[float] = field(default_factory=list)  # target entropy (nats, T=1) at each judged position
+
+
+@dataclass
+class Generation:
+    tokens: list[int]  # new tokens only (prompt excluded), truncated at EOS / max_new_tokens
+    steps: list[StepLog]
+    prefill_s: float
+    decode_s: float
+
+
+class CachedLM:
+    """A causal LM with its KV cache; `length` tokens are cached, addressed by absolute position."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = None
+        self.length = 0
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+
+    @torch.inference_mode()
+    def extend(self, ids: list[int]) -> torch.Tensor:
+        """Feed `ids` at positions length.. and return their logits, shape (len(ids), V)."""
+        device = self.model.device
+        out = self.model(input_ids=torch.tensor([ids], device=device), cache=self.cache, use_cache=True)
+        self.length += len(ids)
+        return out.logits[0].float().cpu()
+
+    def rollback(self, keep: int) -> None:
+        """Forget every cached position >= keep (transformers 5 `crop` takes minus the count to drop)."""
+        if self.length > keep:
+            self.cache.crop(keep - self.length)
+            self.length = keep
+
+
+class Proposer(Protocol):
+    def start(self, prompt: list[int]) -> None: ...
+    def propose(self, tokens: list[int], gamma: int, params: SamplingParams,
+                generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]: ...
+    def rollback(self, keep: int) -> None: ...
+
+
+class NoProposer:
+    """Drafts nothing: the loop becomes plain target-only decoding."""
+
+    def start(self, prompt):
+        pass
+
+    def propose(self, tokens, gamma, params, generator):
+        return [], torch.empty(0)
+
+    def rollback(self, keep):
+        pass
+
+
+class DraftModelProposer:
+    """A small causal LM drafts gamma tokens autoregressively from its own KV cache."""
+
+    def __init__(self, draft):
+        self.lm = CachedLM(draft)
+
+    def start(self, prompt):
+        self.lm.reset()
+        if len(prompt) > 1:
+            self.lm.extend(prompt[:-1])
+
+    def propose(self, tokens, gamma, params, generator):
+        if gamma == 0:
+            return [], torch.empty(0)
+        logits = self.lm.extend(tokens[self.lm.length:])[-1]  # everything not yet cached (1 or 2 tokens)
+        drafted, probs = [], []
+        for i in range(gamma):
+            q = params.probs(logits)
+            token = int(q.argmax()) if params.temperature == 0 else int(sample(q, generator))
+            drafted.append(token)
+            probs.append(q)
+            if i + 1 < gamma:
+                logits = self.lm.extend([token])[-1]
+        return drafted, torch.stack(probs)
+
+    def rollback(self, keep):
+        self.lm.rollback(keep)
+
+
+def _entropy(logits: torch.Tensor) -> list[float]:
+    logp = torch.log_softmax(logits.float(), -1)
+    return (-(logp.exp() * logp).sum(-1)).tolist()
+
+
+def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_tokens: int,
+             params: SamplingParams | None = None, eos_token_ids: set[int] | None = None,
+             generator: torch.Generator | None = None, record_entropy: bool = False) -> Generation:
+    """Speculative decoding of one prompt (target-only when proposer is NoProposer or gamma == 0)."""
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 1 for speculative decoding (0 for target-only), got {gamma}.")
+    if max_new_tokens < 1 or not prompt:
+        raise ValueError("generate needs a non-empty prompt and max_new_tokens >= 1.")
+    params = params or SamplingParams()
+    eos = eos_token_ids or set()
+    verifier = CachedLM(target)
+    t0 = time.perf_counter()
+    verifier.reset()
+    if len(prompt) > 1:  # the last prompt token stays pending: each step feeds it with the drafts
+        verifier.extend(prompt[:-1])
+    proposer.start(prompt)
+    prefill_s = time.perf_counter() - t0
+    tokens, steps = list(prompt), []
+    start = time.perf_counter()
+    while len(tokens) - len(prompt) < max_new_tokens:
+        g = max(0, min(gamma, max_new_tokens - (len(tokens) - len(prompt)) - 1))
+        t1 = time.perf_counter()
+        drafted, q = proposer.propose(tokens, g, params, generator)
+        g = len(drafted)
+        t2 = time.perf_counter()
+        logits = verifier.extend(tokens[verifier.length:] + drafted)[-(g + 1):]
+        p = params.probs(logits)
+        if g:
+            n, nxt = accept_reject(torch.tensor(drafted), q, p, generator)
+        else:
+            n, nxt = 0, int(p.argmax()) if params.temperature == 0 else int(sample(p, generator))
+        t3 = time.perf_counter()
+        kept = len(tokens) + n
+        tokens += drafted[:n] + [nxt]
+        verifier.rollback(kept)
+        proposer.rollback(kept)
+        judged = min(n + 1, g) if g else 0
+        steps.append(StepLog(g, n, t2 - t1, t3 - t2, _entropy(logits[:judged]) if record_entropy and judged else []))
+        if eos and any(t in eos for t in tokens[kept - n:]):
+            break
+    new = tokens[len(prompt):][:max_new_tokens]
+    for i, t in enumerate(new):
+        if t in eos:
+            new = new[: i + 1]
+            break
+    return Generation(new, steps, prefill_s, time.perf_counter() - start)

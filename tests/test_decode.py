@@ -1,0 +1,141 @@
+"""Correctness laws of the speculative decoder (tiny random models, draft != target)."""
+
+import pytest
+import torch
+
+from conftest import make_model
+from decode.metrics import (acceptance, best_gamma, expected_tokens_per_step, hardware_speedup, per_position_accept,
+                            theoretical_speedup)
+from decode.sampling import accept_reject, logits_to_probs
+from decode.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
+
+V = 300
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = make_model(V, layers=3, hidden=32, seed=1, init=0.3)
+    draft = make_model(V, layers=1, hidden=32, seed=2, init=0.3)
+    return target, draft
+
+
+def target_greedy(target, prompt, n):
+    with torch.no_grad():
+        out = target.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, min_new_tokens=n,
+                              pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 7])
+def test_greedy_speculative_equals_target_greedy(pair, gamma):
+    target, draft = pair
+    for seed in range(3):
+        prompt = torch.randint(3, V, (5 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        reference = target_greedy(target, prompt, 24)
+        spec = generate(target, DraftModelProposer(draft), prompt, gamma, 24)
+        assert spec.tokens == reference
+        plain = generate(target, NoProposer(), prompt, 0, 24)
+        assert plain.tokens == reference and all(s.drafted == 0 for s in plain.steps)
+        assert any(s.accepted < s.drafted for s in spec.steps)  # the draft really differs
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_draft_equal_to_target_accepts_everything(pair, gamma):
+    target, _ = pair
+    prompt = [5, 9, 17, 33]
+    gen = generate(target, DraftModelProposer(target), prompt, gamma, 6 * (gamma + 1))
+    stats = acceptance(gen.steps)
+    assert stats["alpha"] == 1.0 and stats["tau"] == gamma + 1
+    gen = generate(target, DraftModelProposer(target), prompt, gamma, 12, SamplingParams(temperature=1.0),
+                   generator=torch.Generator().manual_seed(0))
+    assert acceptance(gen.steps)["alpha"] == 1.0
+
+
+def test_rollback_then_rerun_equals_fresh_forward(pair):
+    target, _ = pair
+    ids = torch.randint(3, V, (14,), generator=torch.Generator().manual_seed(4)).tolist()
+    lm = CachedLM(target)
+    lm.reset()
+    lm.extend(ids[:6])
+    lm.extend([7, 8, 9, 10])  # drafted tokens that get rejected
+    lm.rollback(6)
+    assert lm.length == 6 and lm.cache.get_seq_length() == 6
+    rerun = lm.extend(ids[6:])
+    with torch.no_grad():
+        fresh = target(torch.tensor([ids])).logits[0, 6:]
+    assert torch.allclose(rerun, fresh, atol=1e-5)
+
+
+def test_eos_and_max_new_tokens_stop_generation(pair):
+    target, draft = pair
+    prompt = [5, 6, 7]
+    reference = target_greedy(target, prompt, 10)
+    gen = generate(target, DraftModelProposer(draft), prompt, 4, 10, eos_token_ids={reference[3]})
+    assert gen.tokens == reference[: reference.index(reference[3]) + 1]
+    assert len(generate(target, DraftModelProposer(draft), prompt, 4, 7).tokens) == 7
+
+
+def test_bad_arguments(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="gamma"):
+        generate(target, DraftModelProposer(draft), [1, 2], -1, 5)
+    with pytest.raises(ValueError, match="temperature"):
+        logits_to_probs(torch.zeros(4), temperature=-0.5)
+    with pytest.raises(ValueError, match="top_p"):
+        logits_to_probs(torch.zeros(4), temperature=1.0, top_p=1.5)
+    with pytest.raises(ValueError, match="top_p"):
+        logits_to_probs(torch.zeros(4), temperature=1.0, top_p=0.0)
+
+
+def test_top_k_and_top_p_filtering():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert logits_to_probs(logits, 1.0, top_k=2).tolist() == pytest.approx([0.625, 0.375, 0, 0])
+    assert logits_to_probs(logits, 1.0, top_p=0.8).tolist() == pytest.approx([0.625, 0.375, 0, 0])
+    assert logits_to_probs(logits, 1.0, top_p=0.81).tolist() == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0])
+    assert logits_to_probs(logits, 0.0).tolist() == [1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, None), (0.7, None), (1.3, 0.9)])
+def test_sampled_tokens_follow_the_target_distribution(temperature, top_p):
+    """Emitted first token of a chain of gamma=3 drafts, over 60k draws: law equals the target's (TV <= 0.01)."""
+    vocab, draws, gamma = 6, 60_000, 3
+    g = torch.Generator().manual_seed(0)
+    t_logits = torch.randn(gamma + 1, vocab, generator=g) * 1.5
+    d_logits = torch.randn(gamma, vocab, generator=g) * 1.5
+    p = logits_to_probs(t_logits, temperature, top_p=top_p)
+    q = logits_to_probs(d_logits, temperature, top_p=top_p)
+    # q may put zero mass where p has some: the residual must cover it. Vectorise over draws: same maths.
+    counts = torch.zeros(vocab)
+    sampler = torch.Generator().manual_seed(1)
+    for _ in range(draws):
+        drafted = torch.multinomial(q, 1, generator=sampler).squeeze(1)
+        n, nxt = accept_reject(drafted, q, p, sampler)
+        counts[drafted[0] if n >= 1 else nxt] += 1
+    tv = 0.5 * (counts / draws - p[0]).abs().sum().item()
+    assert tv <= 0.01, tv
+
+
+def test_metrics_on_hand_made_logs():
+    steps = [StepLog(4, 4, 0, 0), StepLog(4, 1, 0, 0), StepLog(4, 0, 0, 0), StepLog(2, 2, 0, 0)]
+    stats = acceptance(steps)
+    # accepted 7; rejected: steps 2 and 3 stopped early -> 2; alpha = 7/9
+    assert stats["alpha"] == pytest.approx(7 / 9)
+    assert stats["accepted_per_proposed"] == pytest.approx(7 / 14)
+    assert stats["tau"] == pytest.approx((7 + 4) / 4)
+    # pos1: reached by 4 steps, accepted by 3; pos2: reached by steps with a>=1 (1,2,4) -> accepted 1 and 4
+    # pos3: reached by steps 1 (d=4,a>=2) only (step 4 drafted 2) -> 1/1; pos4: step 1 -> 1/1
+    assert per_position_accept(steps, 4) == pytest.approx([3 / 4, 2 / 3, 1.0, 1.0])
+    assert acceptance([(3, 3), (3, 2)])["alpha"] == pytest.approx(5 / 6)
+
+
+def test_cost_model():
+    assert expected_tokens_per_step(1.0, 4) == 5
+    assert expected_tokens_per_step(0.0, 4) == 1
+    assert theoretical_speedup(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
+    assert theoretical_speedup(0.5, 2, 0.1) == pytest.approx(1.75 / 1.2)
+    flat = [1.0] * 9  # a k-token target pass costs one step: classic case
+    assert hardware_speedup(0.5, 2, 0.1, flat) == pytest.approx(theoretical_speedup(0.5, 2, 0.1))
+    g, s = best_gamma(0.9, 0.05, flat)
+    assert 1 <= g <= 8 and s == max(hardware_speedup(0.9, k, 0.05, flat) for k in range(1, 9))
+    steep = [1.0 + k for k in range(9)]  # each extra verified token costs a whole step: never pays
+    assert best_gamma(0.9, 0.05, steep)[1] < 1
