@@ -57,12 +57,14 @@ class CachedLM:
         self.length = 0
 
     @torch.inference_mode()
-    def extend(self, ids: list[int]) -> torch.Tensor:
-        """Feed `ids` at positions length.. and return their logits, shape (len(ids), V)."""
-        device = self.model.device
-        out = self.model(input_ids=torch.tensor([ids], device=device), cache=self.cache, use_cache=True)
+    def extend(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
+        """Feed `ids` at positions length.. and return the logits of the last `keep` of them (default all),
+        shape (keep, V). The LM head runs only on those positions."""
+        keep = len(ids) if keep is None else keep
+        out = self.model(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache, use_cache=True,
+                         logits_to_keep=keep)
         self.length += len(ids)
-        return out.logits[0].float().cpu()
+        return out.logits[0, -keep:].float().cpu()
 
     def rollback(self, keep: int) -> None:
         """Forget every cached position >= keep (transformers 5 `crop` takes minus the count to drop)."""
@@ -100,12 +102,12 @@ class DraftModelProposer:
     def start(self, prompt):
         self.lm.reset()
         if len(prompt) > 1:
-            self.lm.extend(prompt[:-1])
+            self.lm.extend(prompt[:-1], keep=1)
 
     def propose(self, tokens, gamma, params, generator):
         if gamma == 0:
             return [], torch.empty(0)
-        logits = self.lm.extend(tokens[self.lm.length:])[-1]  # everything not yet cached (1 or 2 tokens)
+        logits = self.lm.extend(tokens[self.lm.length:], keep=1)[-1]  # everything not yet cached (1 or 2 tokens)
         drafted, probs = [], []
         for i in range(gamma):
             q = params.probs(logits)
@@ -113,7 +115,7 @@ class DraftModelProposer:
             drafted.append(token)
             probs.append(q)
             if i + 1 < gamma:
-                logits = self.lm.extend([token])[-1]
+                logits = self.lm.extend([token], keep=1)[-1]
         return drafted, torch.stack(probs)
 
     def rollback(self, keep):
@@ -139,7 +141,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
     t0 = time.perf_counter()
     verifier.reset()
     if len(prompt) > 1:  # the last prompt token stays pending: each step feeds it with the drafts
-        verifier.extend(prompt[:-1])
+        verifier.extend(prompt[:-1], keep=1)
     proposer.start(prompt)
     prefill_s = time.perf_counter() - t0
     tokens, steps = list(prompt), []
@@ -150,7 +152,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         drafted, q = proposer.propose(tokens, g, params, generator)
         g = len(drafted)
         t2 = time.perf_counter()
-        logits = verifier.extend(tokens[verifier.length:] + drafted)[-(g + 1):]
+        logits = verifier.extend(tokens[verifier.length:] + drafted, keep=g + 1)
         p = params.probs(logits)
         if g:
             n, nxt = accept_reject(torch.tensor(drafted), q, p, generator)

@@ -20,6 +20,7 @@ def tiny_cfg(tmp_path, tiny_target_dir, text_file, *extra):
         "data.block_size=32", "data.batch_size=2", "data.eval_batch_size=4", "data.val_tokens=64",
         "trainer.max_steps=3", "trainer.val_check_interval=2", "trainer.accelerator=cpu",
         "+trainer.enable_model_summary=false", "progress_bar=none", "optim.warmup_steps=1",
+        "spec_eval.n_prompts=2", "spec_eval.max_new_tokens=8",
         f"paths.output_dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}", *extra,
     ]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -45,10 +46,24 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     with torch.no_grad():
         assert torch.allclose(exported(ids).logits, draft_from_checkpoint(ckpt)(ids).logits, atol=1e-5)
     assert (run / "csv" / "metrics.csv").is_file()
+    # real speculative decoding ran before and after training, and the model card reports it
+    for key in ("val/alpha", "val/tau", "val/speedup"):
+        assert key in summary["before"] and key in summary["after"]
+    assert 0 <= summary["after"]["val/alpha"] <= 1 and 1 <= summary["after"]["val/tau"] <= 5
+    card = (run / "export" / "README.md").read_text()
+    assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
 
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")
     export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export", overwrite=True)
+
+
+def test_best_checkpoint_by_alpha(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "checkpoint.monitor=val/alpha",
+                             "export.checkpoint=best"))
+    assert "alpha" in summary["best_checkpoint"]
+    with pytest.raises(ValueError, match="spec_eval.enabled=true"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "checkpoint.monitor=val/alpha", "spec_eval.enabled=false"))
 
 
 def test_fast_dev_run(tmp_path, tiny_target_dir, text_file):

@@ -22,14 +22,16 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Ri
 from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
+from data.prompts import BUILTIN, encode_prompt, load_prompts
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from train.drafts import build_draft
+from train.callbacks import SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers
 from train.module import DistillModule
 
 log = logging.getLogger("draftsmith")
-METRICS = ("val/top1_agree", "val/expected_accept", "val/kl")
+METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "val/tau", "val/speedup")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -40,6 +42,12 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError("data.block_size must be >= 2 and data.batch_size >= 1.")
     if cfg.optim.lr <= 0:
         raise ValueError(f"optim.lr must be > 0, got {cfg.optim.lr}.")
+    if cfg.checkpoint.monitor not in ("val/expected_accept", "val/top1_agree", "val/alpha"):
+        raise ValueError(f"checkpoint.monitor must be val/expected_accept, val/top1_agree or val/alpha, "
+                         f"got '{cfg.checkpoint.monitor}'.")
+    if cfg.checkpoint.monitor == "val/alpha" and not (cfg.spec_eval.enabled and cfg.spec_eval.every_n_validations == 1):
+        raise ValueError("checkpoint.monitor=val/alpha needs spec_eval.enabled=true and spec_eval.every_n_validations=1 "
+                         "(alpha must be measured at every validation).")
     if cfg.export.checkpoint not in ("last", "best"):
         raise ValueError(f"export.checkpoint must be last or best, got '{cfg.export.checkpoint}'.")
     out = Path(cfg.export.dir)
@@ -74,10 +82,27 @@ def build_models(cfg: DictConfig):
     return tokenizer, target, draft
 
 
+def spec_eval_domain(cfg: DictConfig) -> str:
+    return cfg.spec_eval.domain or (cfg.data.name if cfg.data.name in BUILTIN else "general")
+
+
+def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | None:
+    """Real speculative decoding on held-out prompts of the run's domain, at validations (see train/callbacks.py)."""
+    s = cfg.spec_eval
+    if not s.enabled:
+        return None
+    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(spec_eval_domain(cfg), s.n_prompts, s.prompts_file)]
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    return SpeculativeEval(prompts, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
+                           every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
+                           seed=cfg.seed)
+
+
 def metrics_table(before: dict, after: dict) -> str:
     rows = [f"{'metric':<22}{'before':>10}{'after':>10}"]
     for key in METRICS:
-        rows.append(f"{key:<22}{before.get(key, float('nan')):>10.4f}{after.get(key, float('nan')):>10.4f}")
+        if key in before or key in after:
+            rows.append(f"{key:<22}{before.get(key, float('nan')):>10.4f}{after.get(key, float('nan')):>10.4f}")
     return "\n".join(rows)
 
 
@@ -107,10 +132,13 @@ def train(cfg: DictConfig) -> dict:
                            min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta)
 
     ckpt_dir = output_dir / "checkpoints"
-    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-ea{val/expected_accept:.4f}",
-                                 monitor="val/expected_accept", mode="max", save_top_k=1, save_last=True,
-                                 auto_insert_metric_name=False)
+    monitor = cfg.checkpoint.monitor
+    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-" + monitor.split("/")[1] + "{" + monitor + ":.4f}",
+                                 monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False)
     callbacks = [checkpoint, LearningRateMonitor(logging_interval="step")]
+    spec_eval = build_spec_eval(cfg, tokenizer, target)
+    if spec_eval is not None:
+        callbacks.append(spec_eval)
     if cfg.progress_bar not in ("rich", "tqdm", "none"):
         raise ValueError(f"progress_bar must be rich, tqdm or none, got '{cfg.progress_bar}'.")
     if cfg.progress_bar != "none":
@@ -135,8 +163,12 @@ def train(cfg: DictConfig) -> dict:
     if cfg.export.enabled:
         source = last if cfg.export.checkpoint == "last" or not checkpoint.best_model_path \
             else Path(checkpoint.best_model_path)
+        evaluations = [{**spec_eval.last, "domain": spec_eval_domain(cfg), "device": summary["device"],
+                        "source": "end of training (spec_eval)"}] if spec_eval is not None and spec_eval.last \
+            and cfg.export.checkpoint == "last" else []
         summary["export"] = str(export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite,
-                                                  dtype=cfg.export.dtype, extra_info={"val": after}))
+                                                  dtype=cfg.export.dtype,
+                                                  extra_info={"val": after, "evaluations": evaluations}))
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
     log.info("validation, teacher-forced (top1_agree: greedy acceptance proxy; expected_accept: sum_v min(p,q)):\n%s",

@@ -1,0 +1,1 @@
+"""Evaluation: reads exported HF folders the way a server would; imports decode/, never train/."""

@@ -1,0 +1,73 @@
+"""The model card (README.md) of an exported draft: what it is, what was measured, how to serve it.
+
+Measurements live in the export's draftsmith.json under "evaluations" (appended by training and by
+eval/speculate.py); the card is rendered from that file, so it never shows a number that was not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def _row(e: dict) -> str:
+    return (f"| {e.get('domain', '?')} | {e.get('gamma')} | {e.get('temperature')} | {e['alpha']:.3f} | {e['tau']:.2f} | "
+            f"{e['speedup']:.2f}x | {e.get('n_prompts')} prompts x {e.get('max_new_tokens')} new tokens, "
+            f"{e.get('threads')} threads, {e.get('device', 'cpu')}; {e.get('source', '')} |")
+
+
+def render(info: dict, name: str) -> str:
+    target = info.get("target") or "<target>"
+    serving_target = target if not str(target).startswith("embedded:") else "HuggingFaceTB/SmolLM2-135M-Instruct"
+    evals = info.get("evaluations") or []
+    lines = [f"# {name}: a speculative-decoding draft for `{target}`", "",
+             "Trained with Draftsmith by distillation from the target's logits. "
+             "It shares the target's tokenizer and vocabulary; use it only as a draft (assistant) for that target.", ""]
+    val = info.get("val") or {}
+    if val:
+        lines += ["## Teacher-forced validation (held-out text)", "",
+                  f"top-1 agreement {val.get('val/top1_agree', float('nan')):.3f}, "
+                  f"E[accept] = mean sum_v min(p, q) {val.get('val/expected_accept', float('nan')):.3f}, "
+                  f"KL(target || draft) {val.get('val/kl', float('nan')):.3f}.", ""]
+    lines += ["## Measured speculative decoding", ""]
+    if evals:
+        lines += ["alpha = accepted / (accepted + rejected); tau = tokens per target call, bonus token included; "
+                  "speedup = tokens/s vs target-only decoding with the same decoder, same prompts.", "",
+                  "| domain | gamma | temperature | alpha | tau | speedup | conditions |", "|---|---|---|---|---|---|---|"]
+        lines += [_row(e) for e in evals]
+    else:
+        lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
+    lines += ["", "## Usage", "", "transformers (assisted generation):", "", "```python",
+              "from transformers import AutoModelForCausalLM, AutoTokenizer",
+              f'target = AutoModelForCausalLM.from_pretrained("{serving_target}")',
+              'draft = AutoModelForCausalLM.from_pretrained("<path to this folder>")',
+              f'tok = AutoTokenizer.from_pretrained("{serving_target}")',
+              'inputs = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
+              '                                 return_tensors="pt", return_dict=True)',
+              "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)", "```", "",
+              "vLLM:", "", "```python", "from vllm import LLM",
+              f'llm = LLM(model="{serving_target}", speculative_config={{"method": "draft_model",',
+              '          "model": "<path to this folder>", "num_speculative_tokens": 4})', "```", "",
+              "SGLang:", "", "```bash",
+              f"python -m sglang.launch_server --model-path {serving_target} \\",
+              "  --speculative-algorithm STANDALONE --speculative-draft-model-path <path to this folder> \\",
+              "  --speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5", "```", ""]
+    return "\n".join(lines)
+
+
+def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None) -> Path:
+    """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically."""
+    folder = Path(export_dir)
+    info_path = folder / "draftsmith.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    if new_evaluations:
+        info["evaluations"] = (info.get("evaluations") or []) + list(new_evaluations)
+        tmp = info_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(info, indent=2, default=str))
+        os.replace(tmp, info_path)
+    card = folder / "README.md"
+    tmp = folder / ".README.md.tmp"
+    tmp.write_text(render(info, folder.name))
+    os.replace(tmp, card)
+    return card

@@ -1,0 +1,79 @@
+"""Write evaluation results: results.json, a markdown table, and plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+COLUMNS = ["draft", "domain", "gamma", "temperature", "alpha", "tau", "accepted_per_proposed", "target_tok_s",
+           "spec_tok_s", "speedup", "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup",
+           "greedy_identical"]
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.3f}"
+    return str(v)
+
+
+def markdown_table(records: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in records:
+        lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def plots(records: list[dict], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    series = {}
+    for r in records:
+        series.setdefault((r["draft"], r["domain"], r["temperature"]), []).append(r)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (draft, domain, temp), rows in series.items():
+        rows = sorted(rows, key=lambda r: r["gamma"])
+        label = f"{Path(draft).name}/{domain}/T={temp}"
+        axes[0].plot([r["gamma"] for r in rows], [r["alpha"] for r in rows], marker="o", label=label)
+        axes[1].plot([r["gamma"] for r in rows], [r["speedup"] for r in rows], marker="o", label=label)
+        axes[1].plot([r["gamma"] for r in rows], [r["hardware_expected_speedup"] for r in rows], ls="--", alpha=0.5)
+    axes[0].set(xlabel="gamma (drafted tokens per step)", ylabel="alpha (acceptance rate)", ylim=(0, 1.05))
+    axes[1].axhline(1.0, color="grey", lw=0.8)
+    axes[1].set(xlabel="gamma", ylabel="speedup vs target-only (dashed: cost model)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out / "acceptance_speedup_vs_gamma.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in records:
+        label = f"{Path(r['draft']).name}/{r['domain']}/g={r['gamma']}/T={r['temperature']}"
+        pp = r["per_position_accept"]
+        axes[0].plot(range(1, len(pp) + 1), pp, marker=".", label=label)
+        buckets = r.get("accept_by_entropy") or []
+        axes[1].plot([b["bucket"] for b in buckets], [b["accept_rate"] for b in buckets], marker="o", label=label)
+    axes[0].set(xlabel="draft position i", ylabel="P(accept i | accepted < i)", ylim=(0, 1.05))
+    axes[1].set(xlabel="target entropy at the position (nats)", ylabel="acceptance", ylim=(0, 1.05))
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    written.append(out / "per_position_and_entropy.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": out / "results.json", "markdown": out / "results.md"}
+    files["json"].write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
+    conds = ", ".join(f"{k}={v}" for k, v in conditions.items() if k != "costs")
+    files["markdown"].write_text(f"# Speculative decoding results\n\nConditions: {conds}\n\n"
+                                 "tau counts the bonus/correction token (+1 included).\n\n" + markdown_table(records) + "\n")
+    for i, path in enumerate(plots(records, out)):
+        files[f"plot{i}"] = path
+    return files

@@ -1,0 +1,173 @@
+"""Judge drafts by deployment: acceptance, tau, measured speedup and the cost model, per domain, gamma, temperature.
+
+    python eval/speculate.py drafts=[outputs/distill/<run>/export] domains=[general,medical] gamma=[1,2,4] \
+        temperature=[0,1.0] max_new_tokens=128 n_prompts=8 out=outputs/speculate/mine
+    python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model
+
+Writes results.json (one record per draft x domain x gamma x temperature), results.md and plots to `out`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from decode.costs import measure_costs
+from eval.card import write_card
+from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.metrics import acceptance, best_gamma, hardware_speedup, per_position_accept, theoretical_speedup
+from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from data.prompts import encode_prompt, load_prompts
+from eval.report import markdown_table, write_report
+
+log = logging.getLogger("draftsmith.eval")
+ENTROPY_EDGES = [0.0, 0.5, 1.5, 3.0, float("inf")]
+
+
+def run_pass(target, proposer, prompts, gamma, max_new_tokens, params, eos, seed, record_entropy=False):
+    """Decode every prompt once; returns tokens per prompt, all step logs and the wall time."""
+    tokens, steps, seconds = [], [], 0.0
+    for i, prompt in enumerate(prompts):
+        gen = generate(target, proposer, prompt, gamma, max_new_tokens, params, eos,
+                       torch.Generator().manual_seed(seed + i), record_entropy)
+        tokens.append(gen.tokens)
+        steps += gen.steps
+        seconds += gen.prefill_s + gen.decode_s
+    return {"tokens": tokens, "steps": steps, "seconds": seconds, "new_tokens": sum(map(len, tokens))}
+
+
+def timed(target, proposer, prompts, gamma, cfg, params, eos, record_entropy=False):
+    """`repeats` passes; tokens/s is the median over passes (step logs from the first pass)."""
+    passes = [run_pass(target, proposer, prompts, gamma, cfg.max_new_tokens, params, eos, cfg.seed,
+                       record_entropy and i == 0) for i in range(cfg.repeats)]
+    first = passes[0]
+    first["tok_s"] = statistics.median(p["new_tokens"] / p["seconds"] for p in passes)
+    return first
+
+
+def accept_by_entropy(steps) -> list[dict]:
+    flags = []
+    for s in steps:
+        flags += [(e, i < s.accepted) for i, e in enumerate(s.entropies)]
+    out = []
+    for lo, hi in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:]):
+        inside = [ok for e, ok in flags if lo <= e < hi]
+        if inside:
+            out.append({"bucket": f"[{lo}, {hi})", "n": len(inside), "accept_rate": sum(inside) / len(inside)})
+    return out
+
+
+def check_eval_config(cfg: DictConfig) -> None:
+    gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
+    if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
+        raise ValueError(f"gamma must be integers >= 1 or 'auto', got {gammas}.")
+    for t in cfg.temperature:
+        if t < 0:
+            raise ValueError(f"temperature must be >= 0, got {t}.")
+    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {cfg.top_p}.")
+    if not cfg.drafts:
+        raise ValueError("drafts=[...] must list at least one exported draft folder (or Hub id).")
+
+
+def evaluate(cfg: DictConfig) -> list[dict]:
+    check_eval_config(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    eos = {tokenizer.eos_token_id} | set(
+        [target.generation_config.eos_token_id] if isinstance(target.generation_config.eos_token_id, int)
+        else target.generation_config.eos_token_id or [])
+    drafts = {}
+    for path in cfg.drafts:  # fail on any vocabulary mismatch before decoding anything
+        draft = load_frozen(str(path), dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
+                         str(cfg.target), str(path))
+        drafts[str(path)] = draft
+    gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
+    max_gamma = max([g for g in gammas if g != "auto"] + [cfg.max_auto_gamma])
+    conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
+                  "dtype": cfg.dtype, "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+                  "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+                  "cpu": platform.processor() or platform.machine(), "top_k": cfg.top_k, "top_p": cfg.top_p,
+                  "costs": {}}
+    records = []
+    for domain in cfg.domains:
+        prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
+        for name, draft in drafts.items():  # warm-up and cost model, once per draft
+            generate(target, DraftModelProposer(draft), prompts[0], 2, 8)
+            if name not in conditions["costs"]:
+                conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
+        for temperature in cfg.temperature:
+            params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
+            base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
+            log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
+            for name, draft in drafts.items():
+                costs = conditions["costs"][name]
+                for gamma in gammas:
+                    label = gamma
+                    if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
+                        pilot = run_pass(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens, params,
+                                         eos, cfg.seed)
+                        gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
+                                              costs["target_pass_s"][: cfg.max_auto_gamma + 1])
+                        label = f"auto:{gamma}"
+                    spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
+                    stats = acceptance(spec["steps"])
+                    alpha = stats["alpha"]
+                    rec = {"draft": name, "domain": domain, "gamma": gamma, "gamma_setting": label,
+                           "temperature": float(temperature), "n_prompts": len(prompts),
+                           "new_tokens": spec["new_tokens"], "alpha": alpha, "tau": stats["tau"],
+                           "accepted_per_proposed": stats["accepted_per_proposed"],
+                           "per_position_accept": per_position_accept(spec["steps"], gamma),
+                           "target_tok_s": base["tok_s"], "spec_tok_s": spec["tok_s"],
+                           "speedup": spec["tok_s"] / base["tok_s"], "cost_ratio_c": costs["cost_ratio_c"],
+                           "theoretical_speedup": theoretical_speedup(alpha, gamma, costs["cost_ratio_c"])
+                           if not math.isnan(alpha) else float("nan"),
+                           "hardware_expected_speedup": hardware_speedup(alpha, gamma, costs["draft_step_s"],
+                                                                         costs["target_pass_s"])
+                           if not math.isnan(alpha) else float("nan"),
+                           "accept_by_entropy": accept_by_entropy(spec["steps"]),
+                           "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
+                    records.append(rec)
+                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", Path(name).name,
+                             domain, label, temperature, alpha, stats["tau"], rec["speedup"],
+                             rec["hardware_expected_speedup"])
+    costs = next(iter(conditions["costs"].values()))
+    best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
+    conditions["speculation_pays"] = best[1] > 1.0
+    files = write_report(records, conditions, Path(cfg.out))
+    if cfg.update_card:  # append these measurements to each local draft folder's model card
+        keep = ("domain", "gamma", "temperature", "alpha", "tau", "speedup", "n_prompts")
+        for name in drafts:
+            if Path(name).is_dir():
+                evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,
+                          "threads": conditions["threads"], "device": conditions["device"],
+                          "source": "eval/speculate.py"} for r in records if r["draft"] == name]
+                print(f"model card updated: {write_card(name, evals)}")
+    print(markdown_table(records))
+    print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms, target k-token pass "
+          + ", ".join(f"k={k + 1}: {t * 1e3:.1f} ms" for k, t in enumerate(costs["target_pass_s"]))
+          + f"; c = {costs['cost_ratio_c']:.3f}. Best gamma at the best measured alpha: {best[0]} "
+          f"({best[1]:.2f}x expected): speculation {'pays' if best[1] > 1 else 'does NOT pay'} on this hardware.")
+    print(f"wrote {', '.join(str(p) for p in files.values())}")
+    return records
+
+
+@hydra.main(config_path="../conf", config_name="speculate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

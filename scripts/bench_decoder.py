@@ -1,0 +1,100 @@
+"""Side by side, in one process, same prompts and gamma, greedy: target-only decoding, Draftsmith's
+speculative decoder, and transformers' generate() alone and with assistant_model=draft.
+
+    python scripts/bench_decoder.py draft=outputs/distill/<run>/export gamma=4 n_prompts=8 repeats=3
+
+Prints tokens/s (median of `repeats` passes after a warm-up), speedups and whether outputs are identical to
+the target's own greedy output; saves JSON to `out`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.speculative import DraftModelProposer, NoProposer, generate
+from data.prompts import encode_prompt, load_prompts
+
+
+def ours(target, draft, gamma):
+    def run(prompt, max_new, eos):
+        proposer = DraftModelProposer(draft) if draft is not None else NoProposer()
+        return generate(target, proposer, prompt, gamma if draft is not None else 0, max_new, eos_token_ids=eos).tokens
+    return run
+
+
+def hf(target, draft, gamma):
+    if draft is not None:  # a fixed number of drafted tokens, no confidence-based early stop: same work as ours
+        draft.generation_config.num_assistant_tokens = gamma
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        draft.generation_config.assistant_confidence_threshold = 0.0
+
+    def run(prompt, max_new, eos):
+        ids = torch.tensor([prompt])
+        kwargs = {"assistant_model": draft} if draft is not None else {}
+        with torch.inference_mode():
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+                                  eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **kwargs)
+        return out[0, len(prompt):].tolist()
+    return run
+
+
+def measure(run, prompts, max_new, eos, repeats):
+    run(prompts[0], 8, eos)  # warm-up
+    rates, outputs = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        outs = [run(p, max_new, eos) for p in prompts]
+        rates.append(sum(map(len, outs)) / (time.perf_counter() - t))
+        outputs = outputs or outs
+    return {"tok_s": statistics.median(rates), "tok_s_all": rates, "outputs": outputs}
+
+
+@hydra.main(config_path="../conf", config_name="bench_decoder", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.gamma < 1:
+        raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
+    tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    target = load_frozen(cfg.target, cache_dir=cfg.cache_dir)
+    draft = load_frozen(cfg.draft, cache_dir=cfg.cache_dir)
+    check_same_vocab(tokenizer, load_tokenizer(cfg.draft), target, draft, str(cfg.target), str(cfg.draft))
+    eos = {tokenizer.eos_token_id}
+    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
+    methods = {"ours_target_only": ours(target, None, 0), "ours_speculative": ours(target, draft, cfg.gamma),
+               "hf_target_only": hf(target, None, 0), "hf_assisted": hf(target, draft, cfg.gamma)}
+    results = {name: measure(run, prompts, cfg.max_new_tokens, eos, cfg.repeats) for name, run in methods.items()}
+    reference = results["ours_target_only"]["outputs"]
+    base = results["ours_target_only"]["tok_s"]
+    rows = []
+    print(f"{'method':<20}{'tok/s':>9}{'vs ours target-only':>22}{'identical to target greedy':>29}")
+    for name, r in results.items():
+        identical = r["outputs"] == reference
+        rows.append({"method": name, "tok_s": r["tok_s"], "tok_s_all": r["tok_s_all"], "speedup": r["tok_s"] / base,
+                     "identical_to_target_greedy": identical,
+                     "new_tokens": sum(map(len, r["outputs"]))})
+        print(f"{name:<20}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}")
+    ratio = results["ours_speculative"]["tok_s"] / results["hf_assisted"]["tok_s"]
+    print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}, {len(prompts)} {cfg.domain} prompts, "
+          f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {torch.get_num_threads()} threads)")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    conditions = {**OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
+                  "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+                  "cpu": platform.processor() or platform.machine(), "device": str(target.device)}
+    (out / "bench_decoder.json").write_text(json.dumps({"conditions": conditions, "rows": rows,
+                                                        "ours_vs_hf_assisted": ratio}, indent=1))
+    print(f"wrote {out / 'bench_decoder.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""eval/speculate.py end to end on tiny models: results.json schema, markdown, plots, greedy identity."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from conftest import CONF, make_model
+from data.prompts import encode_prompt, load_prompts
+from eval.speculate import evaluate
+
+SCHEMA = {"draft", "domain", "gamma", "temperature", "n_prompts", "new_tokens", "alpha", "tau",
+          "accepted_per_proposed", "per_position_accept", "target_tok_s", "spec_tok_s", "speedup", "cost_ratio_c",
+          "theoretical_speedup", "hardware_expected_speedup", "greedy_identical", "accept_by_entropy"}
+
+
+@pytest.fixture(scope="module")
+def tiny_draft_dir(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("tiny-draft")
+    make_model(len(tokenizer), layers=1, seed=7, init=0.3).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def eval_cfg(tmp_path, target, drafts, *extra):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("speculate", overrides=[f"target={target}", f"drafts=[{','.join(map(str, drafts))}]",
+                                               "max_new_tokens=12", "n_prompts=2", f"out={tmp_path / 'eval'}",
+                                               "domains=[general,medical]", *extra])
+
+
+def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir):
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,3]", "temperature=[0,1.0]"))
+    assert len(records) == 2 * 2 * 2  # domains x gammas x temperatures
+    saved = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert saved["records"] == json.loads(json.dumps(records))
+    assert {"threads", "device", "torch", "transformers", "costs"} <= set(saved["conditions"])
+    for r in records:
+        assert SCHEMA <= set(r)
+        assert len(r["per_position_accept"]) == r["gamma"]
+        assert 0 <= r["alpha"] <= 1 and 1 <= r["tau"] <= r["gamma"] + 1
+        assert r["speedup"] > 0 and r["cost_ratio_c"] > 0
+        if r["temperature"] == 0:
+            assert r["greedy_identical"] is True
+        else:
+            assert r["greedy_identical"] is None
+    assert (tmp_path / "eval" / "results.md").read_text().count("\n|") >= 9
+    assert (tmp_path / "eval" / "acceptance_speedup_vs_gamma.png").stat().st_size > 1000
+
+
+def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_dir):
+    import shutil
+    from eval.card import write_card
+
+    folder = tmp_path / "draft"
+    shutil.copytree(tiny_draft_dir, folder)
+    write_card(folder)
+    assert "Not measured yet" in (folder / "README.md").read_text()
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "update_card=true"))
+    card = (folder / "README.md").read_text()
+    assert "Not measured yet" not in card
+    assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
+
+
+def test_self_draft_and_gamma_auto(tmp_path, tiny_target_dir):
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_target_dir], "gamma=auto", "domains=[code]"))
+    (r,) = records
+    assert r["alpha"] == 1.0 and r["gamma_setting"].startswith("auto:")
+
+
+def test_bad_eval_settings_fail_before_work(tmp_path, tiny_target_dir, tiny_draft_dir):
+    with pytest.raises(ValueError, match="gamma"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[0]"))
+    with pytest.raises(ValueError, match="temperature"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "temperature=[-1]"))
+    with pytest.raises(ValueError, match="top_p"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "top_p=1.5"))
+
+
+def test_prompts(tokenizer, tmp_path):
+    assert len(load_prompts("medical", 3)) == 3
+    with pytest.raises(ValueError, match="Unknown domain"):
+        load_prompts("astrology", 3)
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "hi"}\n{"messages": [{"role": "user", "content": "yo"}]}\n')
+    prompts = load_prompts("general", 5, str(f))
+    assert prompts[0] == "hi" and isinstance(prompts[1], list)
+    ids = encode_prompt(tokenizer, "hello")
+    assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
