@@ -122,6 +122,31 @@ class DraftModelProposer:
         self.lm.rollback(keep)
 
 
+class Verifier(Protocol):
+    def start(self, prompt: list[int]) -> None: ...
+    def score(self, tokens: list[int], drafted: list[int]) -> torch.Tensor: ...
+    def rollback(self, keep: int) -> None: ...
+
+
+class ChainVerifier:
+    """The target scores the pending token and a chain of drafted tokens in one forward pass."""
+
+    def __init__(self, target):
+        self.lm = CachedLM(target)
+
+    def start(self, prompt):
+        self.lm.reset()
+        if len(prompt) > 1:  # the last prompt token stays pending: each step feeds it with the drafts
+            self.lm.extend(prompt[:-1], keep=1)
+
+    def score(self, tokens, drafted):
+        """Target logits at each drafted position plus one past the last, shape (len(drafted) + 1, V)."""
+        return self.lm.extend(tokens[self.lm.length:] + drafted, keep=len(drafted) + 1)
+
+    def rollback(self, keep):
+        self.lm.rollback(keep)
+
+
 def _entropy(logits: torch.Tensor) -> list[float]:
     logp = torch.log_softmax(logits.float(), -1)
     return (-(logp.exp() * logp).sum(-1)).tolist()
@@ -129,19 +154,20 @@ def _entropy(logits: torch.Tensor) -> list[float]:
 
 def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_tokens: int,
              params: SamplingParams | None = None, eos_token_ids: set[int] | None = None,
-             generator: torch.Generator | None = None, record_entropy: bool = False) -> Generation:
-    """Speculative decoding of one prompt (target-only when proposer is NoProposer or gamma == 0)."""
+             generator: torch.Generator | None = None, record_entropy: bool = False,
+             verifier: Verifier | None = None) -> Generation:
+    """Speculative decoding of one prompt (target-only when proposer is NoProposer or gamma == 0).
+
+    `target` is the verifying model (wrapped in a ChainVerifier unless `verifier` is given)."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 1 for speculative decoding (0 for target-only), got {gamma}.")
     if max_new_tokens < 1 or not prompt:
         raise ValueError("generate needs a non-empty prompt and max_new_tokens >= 1.")
     params = params or SamplingParams()
     eos = eos_token_ids or set()
-    verifier = CachedLM(target)
+    verifier = verifier or ChainVerifier(target)
     t0 = time.perf_counter()
-    verifier.reset()
-    if len(prompt) > 1:  # the last prompt token stays pending: each step feeds it with the drafts
-        verifier.extend(prompt[:-1], keep=1)
+    verifier.start(prompt)
     proposer.start(prompt)
     prefill_s = time.perf_counter() - t0
     tokens, steps = list(prompt), []
@@ -152,7 +178,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         drafted, q = proposer.propose(tokens, g, params, generator)
         g = len(drafted)
         t2 = time.perf_counter()
-        logits = verifier.extend(tokens[verifier.length:] + drafted, keep=g + 1)
+        logits = verifier.score(tokens, drafted)
         p = params.probs(logits)
         if g:
             n, nxt = accept_reject(torch.tensor(drafted), q, p, generator)

@@ -56,8 +56,10 @@ def render(info: dict, name: str) -> str:
     return "\n".join(lines)
 
 
-def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None) -> Path:
-    """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically."""
+def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None,
+               name: str | None = None) -> Path:
+    """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically.
+    `name` titles the card (default: the folder's name)."""
     folder = Path(export_dir)
     info_path = folder / "draftsmith.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
@@ -68,6 +70,6 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         os.replace(tmp, info_path)
     card = folder / "README.md"
     tmp = folder / ".README.md.tmp"
-    tmp.write_text(render(info, folder.name))
+    tmp.write_text(render(info, name or folder.name))
     os.replace(tmp, card)
     return card

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.costs import measure_costs
 from eval.card import write_card
+from eval.tracking import log_eval_to_wandb
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from decode.metrics import acceptance, best_gamma, hardware_speedup, per_position_accept, theoretical_speedup
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
@@ -90,14 +91,14 @@ def evaluate(cfg: DictConfig) -> list[dict]:
         else target.generation_config.eos_token_id or [])
     drafts = {}
     for path in cfg.drafts:  # fail on any vocabulary mismatch before decoding anything
-        draft = load_frozen(str(path), dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir)
         check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
                          str(cfg.target), str(path))
         drafts[str(path)] = draft
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     max_gamma = max([g for g in gammas if g != "auto"] + [cfg.max_auto_gamma])
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
-                  "dtype": cfg.dtype, "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+                  "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype, "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "top_k": cfg.top_k, "top_p": cfg.top_p,
                   "costs": {}}
@@ -147,6 +148,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
     conditions["speculation_pays"] = best[1] > 1.0
     files = write_report(records, conditions, Path(cfg.out))
+    if cfg.wandb.enabled:
+        log_eval_to_wandb(records, conditions, files, OmegaConf.to_container(cfg.wandb, resolve=True), Path(cfg.out))
     if cfg.update_card:  # append these measurements to each local draft folder's model card
         keep = ("domain", "gamma", "temperature", "alpha", "tau", "speedup", "n_prompts")
         for name in drafts:

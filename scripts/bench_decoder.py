@@ -65,8 +65,8 @@ def main(cfg: DictConfig) -> None:
     if cfg.gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
-    target = load_frozen(cfg.target, cache_dir=cfg.cache_dir)
-    draft = load_frozen(cfg.draft, cache_dir=cfg.cache_dir)
+    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    draft = load_frozen(cfg.draft, dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir)
     check_same_vocab(tokenizer, load_tokenizer(cfg.draft), target, draft, str(cfg.target), str(cfg.draft))
     eos = {tokenizer.eos_token_id}
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]

@@ -56,6 +56,8 @@ def test_rollback_then_rerun_equals_fresh_forward(pair):
     ids = torch.randint(3, V, (14,), generator=torch.Generator().manual_seed(4)).tolist()
     lm = CachedLM(target)
     lm.reset()
+    assert lm.extend(ids[:6], keep=2).shape == (2, V)  # the LM head runs on the kept positions only
+    lm.rollback(0)
     lm.extend(ids[:6])
     lm.extend([7, 8, 9, 10])  # drafted tokens that get rejected
     lm.rollback(6)

@@ -62,6 +62,13 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
 
 
+def test_wandb_offline_run_holds_the_table(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "wandb.enabled=true"))
+    runs = list((tmp_path / "eval" / "wandb").glob("offline-run-*"))
+    assert runs and list(runs[0].glob("*.wandb"))
+
+
 def test_self_draft_and_gamma_auto(tmp_path, tiny_target_dir):
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_target_dir], "gamma=auto", "domains=[code]"))
     (r,) = records

@@ -48,6 +48,8 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.checkpoint.monitor == "val/alpha" and not (cfg.spec_eval.enabled and cfg.spec_eval.every_n_validations == 1):
         raise ValueError("checkpoint.monitor=val/alpha needs spec_eval.enabled=true and spec_eval.every_n_validations=1 "
                          "(alpha must be measured at every validation).")
+    if cfg.progress_bar not in ("rich", "tqdm", "none"):
+        raise ValueError(f"progress_bar must be rich, tqdm or none, got '{cfg.progress_bar}'.")
     if cfg.export.checkpoint not in ("last", "best"):
         raise ValueError(f"export.checkpoint must be last or best, got '{cfg.export.checkpoint}'.")
     out = Path(cfg.export.dir)
@@ -139,8 +141,6 @@ def train(cfg: DictConfig) -> dict:
     spec_eval = build_spec_eval(cfg, tokenizer, target)
     if spec_eval is not None:
         callbacks.append(spec_eval)
-    if cfg.progress_bar not in ("rich", "tqdm", "none"):
-        raise ValueError(f"progress_bar must be rich, tqdm or none, got '{cfg.progress_bar}'.")
     if cfg.progress_bar != "none":
         callbacks.append(RichProgressBar() if cfg.progress_bar == "rich" else TQDMProgressBar())
     run_name = f"{cfg.task_name}-{cfg.data.name}-{cfg.loss.name}-{cfg.model.draft.kind}"
@@ -161,18 +161,21 @@ def train(cfg: DictConfig) -> dict:
                "before": before, "after": after, "seconds": round(time.time() - started, 1),
                "threads": torch.get_num_threads(), "device": str(module.device)}
     if cfg.export.enabled:
-        source = last if cfg.export.checkpoint == "last" or not checkpoint.best_model_path \
-            else Path(checkpoint.best_model_path)
+        from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path
+        source = last if from_last else Path(checkpoint.best_model_path)
+        # measurements describe the final weights: record them only when those are what we export
         evaluations = [{**spec_eval.last, "domain": spec_eval_domain(cfg), "device": summary["device"],
-                        "source": "end of training (spec_eval)"}] if spec_eval is not None and spec_eval.last \
-            and cfg.export.checkpoint == "last" else []
+                        "source": "end of training (spec_eval)"}] if from_last and spec_eval and spec_eval.last else []
         summary["export"] = str(export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite,
                                                   dtype=cfg.export.dtype,
-                                                  extra_info={"val": after, "evaluations": evaluations}))
+                                                  extra_info={"val": after if from_last else None,
+                                                              "evaluations": evaluations}))
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
-    log.info("validation, teacher-forced (top1_agree: greedy acceptance proxy; expected_accept: sum_v min(p,q)):\n%s",
-             metrics_table(before, after))
+    log.info("validation before/after training. Teacher-forced on held-out text: top1_agree (greedy acceptance "
+             "proxy), expected_accept (sum_v min(p,q)), kl. Real speculative decoding on held-out prompts (greedy, "
+             "gamma=%s): alpha, tau (+1 bonus token included), speedup vs target-only.\n%s",
+             cfg.spec_eval.gamma, metrics_table(before, after))
     log.info("checkpoint: %s", last)
     if "export" in summary:
         log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])

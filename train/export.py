@@ -63,7 +63,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
         for name, blob in tokenizer_files.items():
             (tmp / name).write_bytes(blob)
         (tmp / "draftsmith.json").write_text(json.dumps(info or {}, indent=2, default=str))
-        write_card(tmp)  # README.md model card, rendered from draftsmith.json
+        write_card(tmp, name=out.name)  # README.md model card, rendered from draftsmith.json
         if out.exists():
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -6,46 +6,13 @@ A logger never crashes a run: if W&B cannot start at all, a warning is printed a
 from __future__ import annotations
 
 import logging
-import netrc
-import os
-import socket
 from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger
 
+from eval.tracking import wandb_mode
+
 log = logging.getLogger(__name__)
-
-
-def _has_wandb_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-
-
-def _reachable(host: str, timeout: float = 3.0) -> bool:
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def wandb_mode(requested: str = "auto", host: str = "api.wandb.ai") -> str:
-    """auto -> WANDB_MODE if set, else online with a key and a reachable server, else offline (with one warning)."""
-    if requested != "auto":
-        return requested
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    if not _has_wandb_key():
-        log.warning("W&B: no API key (WANDB_API_KEY or `wandb login`): logging offline. Sync later with `wandb sync`.")
-        return "offline"
-    if not _reachable(host):
-        log.warning("W&B: %s is unreachable: logging offline. Sync later with `wandb sync <run folder>`.", host)
-        return "offline"
-    return "online"
 
 
 def build_loggers(cfg: dict, output_dir: str | Path, run_name: str, config_to_log: dict | None = None) -> list:

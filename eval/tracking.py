@@ -1,0 +1,62 @@
+"""W&B mode selection shared by training and evaluation: online only with a key and a reachable server."""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+import socket
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _has_wandb_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def _reachable(host: str, timeout: float = 3.0) -> bool:
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def wandb_mode(requested: str = "auto", host: str = "api.wandb.ai") -> str:
+    """auto -> WANDB_MODE if set, else online with a key and a reachable server, else offline (with one warning)."""
+    if requested != "auto":
+        return requested
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if not _has_wandb_key():
+        log.warning("W&B: no API key (WANDB_API_KEY or `wandb login`): logging offline. Sync later with `wandb sync`.")
+        return "offline"
+    if not _reachable(host):
+        log.warning("W&B: %s is unreachable: logging offline. Sync later with `wandb sync <run folder>`.", host)
+        return "offline"
+    return "online"
+
+
+def log_eval_to_wandb(records: list[dict], conditions: dict, files: dict, cfg: dict, out: Path) -> None:
+    """Eval results as a W&B run: a table, the plots as images, summary per record. Never raises."""
+    try:
+        import wandb
+
+        run = wandb.init(project=cfg.get("project", "draftsmith"), entity=cfg.get("entity"), job_type="eval",
+                         name=cfg.get("run_name"), group=cfg.get("group"), dir=str(out),
+                         mode=wandb_mode(cfg.get("mode", "auto")), config={"conditions": conditions})
+        columns = [k for k in records[0] if not isinstance(records[0][k], (list, dict))] if records else []
+        run.log({"eval/results": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in records])})
+        run.log({f"eval/{p.stem}": wandb.Image(str(p)) for k, p in files.items() if k.startswith("plot")})
+        for r in records:
+            key = f"{Path(r['draft']).name}/{r['domain']}/g{r['gamma']}/T{r['temperature']}"
+            run.summary.update({f"{key}/alpha": r["alpha"], f"{key}/tau": r["tau"], f"{key}/speedup": r["speedup"]})
+        run.finish()
+    except Exception as err:  # noqa: BLE001 - tracking must never lose the results already written
+        log.warning("W&B logging failed (%s: %s); results are in %s.", type(err).__name__, err, out)
