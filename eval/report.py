@@ -34,7 +34,7 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     series = {}
     for r in records:
         series.setdefault((r["draft"], r["domain"], r["temperature"]), []).append(r)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
     for (draft, domain, temp), rows in series.items():
         rows = sorted(rows, key=lambda r: r["gamma"])
         label = f"{Path(draft).name}/{domain}/T={temp}"
@@ -44,22 +44,23 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     axes[0].set(xlabel="gamma (drafted tokens per step)", ylabel="alpha (acceptance rate)", ylim=(0, 1.05))
     axes[1].axhline(1.0, color="grey", lw=0.8)
     axes[1].set(xlabel="gamma", ylabel="speedup vs target-only (dashed: cost model)")
-    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     written.append(out / "acceptance_speedup_vs_gamma.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for r in records:
-        label = f"{Path(r['draft']).name}/{r['domain']}/g={r['gamma']}/T={r['temperature']}"
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    top = max(r["gamma"] for r in records)  # one curve per series, at the largest gamma (most positions)
+    for r in (r for r in records if r["gamma"] == top):
+        label = f"{Path(r['draft']).name}/{r['domain']}/T={r['temperature']}"
         pp = r["per_position_accept"]
         axes[0].plot(range(1, len(pp) + 1), pp, marker=".", label=label)
         buckets = r.get("accept_by_entropy") or []
         axes[1].plot([b["bucket"] for b in buckets], [b["accept_rate"] for b in buckets], marker="o", label=label)
-    axes[0].set(xlabel="draft position i", ylabel="P(accept i | accepted < i)", ylim=(0, 1.05))
+    axes[0].set(xlabel=f"draft position i (gamma={top})", ylabel="P(accept i | accepted < i)", ylim=(0, 1.05))
     axes[1].set(xlabel="target entropy at the position (nats)", ylabel="acceptance", ylim=(0, 1.05))
-    axes[0].legend(fontsize=6)
+    axes[1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     written.append(out / "per_position_and_entropy.png")
     fig.savefig(written[-1], dpi=110)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -31,6 +32,9 @@ from train.loggers import build_loggers
 from train.module import DistillModule
 
 log = logging.getLogger("draftsmith")
+# The frozen target sits in eval mode on purpose: Lightning's warning about it would only alarm users.
+warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "val/tau", "val/speedup")
 
 

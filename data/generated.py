@@ -1,0 +1,107 @@
+"""Prompts drawn from the domain corpora, and the resumable JSONL store for the target's answers to them
+(sequence-level distillation: the draft learns what the target actually says).
+
+The model call lives in scripts/generate_data.py; this module only builds prompts and reads/writes records.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Iterator
+
+from data.corpora import icd10cm, medical_hpo, python_code
+from data.prompts import BUILTIN
+
+_FIRST_SENTENCE = re.compile(r"^(.{20,200}?[.!?])(\s|$)", re.S)
+
+
+def _first_sentence(text: str) -> str | None:
+    m = _FIRST_SENTENCE.match(" ".join(text.split()))
+    return m.group(1) if m else None
+
+
+def medical_prompts() -> Iterator[str]:
+    templates = ["What is {}?", "Explain {} in simple terms.", "What are the typical signs of {}?",
+                 "How would a doctor describe {} to a patient?"]
+    for i, doc in enumerate(medical_hpo()):
+        yield templates[i % len(templates)].format(doc.split(":", 1)[0].strip().lower())
+    for doc in icd10cm():
+        head = doc.split("\n")[1] if "\n" in doc else doc
+        code, _, name = head.partition(" ")
+        if name:
+            yield f"Describe the condition '{name}' (ICD-10-CM {code}): causes, symptoms and treatment."
+
+
+def code_prompts() -> Iterator[str]:
+    for source in python_code():
+        for m in re.finditer(r'^def (\w+)\(([^)]*)\):\n\s+"""(.+?)"""', source, re.M | re.S):
+            name, args, doc = m.group(1), " ".join(m.group(2).split()), _first_sentence(m.group(3))
+            if doc and not name.startswith("_"):
+                yield f"Write a Python function `{name}({args})`. {doc}"
+
+
+# Everyday topics for general chat prompts. Kept disjoint from the evaluation prompts in data/prompts.py.
+TOPICS = """photosynthesis; black holes; the water cycle; volcanoes; earthquakes; the immune system; vaccines;
+sleep; meditation; running a marathon; learning a language; public speaking; time management; budgeting;
+saving for retirement; inflation; supply and demand; the stock market; cryptocurrency; renewable energy;
+solar panels; electric cars; recycling; composting; climate change; coral reefs; rainforests; honeybees;
+migratory birds; dinosaurs; the Roman Empire; the printing press; the industrial revolution; the moon landing;
+the internet; email etiquette; password security; cloud computing; machine learning; neural networks;
+spreadsheets; databases; version control; open source software; video games; chess; the olympics; football;
+basketball; yoga; healthy breakfast ideas; baking bread; making coffee; fermentation; vegetarian cooking;
+growing tomatoes; houseplants; adopting a dog; training a cat; aquariums; road trips; packing for travel;
+visiting Japan; camping; hiking safety; first aid basics; hydration; vitamins; posture at a desk;
+job interviews; writing a resume; negotiating salary; remote work; team meetings; giving feedback;
+friendship; parenting toddlers; teaching children to read; studying for exams; note taking; speed reading;
+classical music; jazz; learning guitar; painting with watercolors; photography; poetry; writing a novel;
+movies; museums; architecture; bridges; skyscrapers; trains; airplanes; how rockets work; satellites;
+GPS; microwaves; refrigerators; batteries; electricity at home; plumbing; home insulation; gardening tools;
+the human heart; the brain; memory; habits; motivation; stress; happiness; kindness; volunteering;
+democracy; taxes; the history of money; maps; weather forecasts; rainbows; tides; the seasons""".split(";")
+TEMPLATES = ["Explain {} to a beginner.", "What are three interesting facts about {}?", "Give me some tips about {}.",
+             "Write a short paragraph about {}.", "What are the pros and cons of {}?", "How does {} work?",
+             "What should everyone know about {}?", "Describe the history of {} briefly."]
+
+
+def general_prompts() -> Iterator[str]:
+    for template in TEMPLATES:
+        for topic in TOPICS:
+            yield template.format(" ".join(topic.split()))
+
+
+PROMPT_SOURCES = {"general": general_prompts, "medical": medical_prompts, "code": code_prompts}
+
+
+def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
+    """n distinct prompts for `domain`, shuffled deterministically, never one of the evaluation prompts."""
+    if domain not in PROMPT_SOURCES:
+        raise ValueError(f"Unknown domain '{domain}' for generated data. Choose one of: {', '.join(PROMPT_SOURCES)}.")
+    held_out = {p for prompts in BUILTIN.values() for p in prompts}
+    prompts = [p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in held_out]
+    random.Random(seed).shuffle(prompts)
+    return prompts[:n]
+
+
+def done_prompts(path: Path) -> set[str]:
+    """Prompts already answered in a JSONL store (a torn last line from a crash is ignored)."""
+    done = set()
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                done.add(json.loads(line)["messages"][0]["content"])
+            except (json.JSONDecodeError, KeyError, IndexError):
+                continue
+    return done
+
+
+def append_records(path: Path, pairs: list[tuple[str, str]]) -> None:
+    """Append (prompt, answer) chat records and flush to disk: progress survives a kill."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for prompt, answer in pairs:
+            f.write(json.dumps({"messages": [{"role": "user", "content": prompt},
+                                             {"role": "assistant", "content": answer}]}) + "\n")
+        f.flush()

@@ -1,0 +1,63 @@
+"""Sequence-level distillation data: the target answers prompts drawn from a domain's corpora, in batches,
+appending each batch to a JSONL store so an interrupted job resumes where it stopped. Entry point:
+scripts/generate_data.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from data.generated import append_records, domain_prompts, done_prompts
+from decode.loading import load_frozen, load_tokenizer
+
+log = logging.getLogger("draftsmith.generate")
+
+
+@torch.inference_mode()
+def answer_batch(target, tokenizer, prompts: list[str], cfg: DictConfig) -> list[str]:
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    batch = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
+    sampling = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p or 1.0} \
+        if cfg.temperature > 0 else {"do_sample": False}
+    out = target.generate(**batch, max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
+    return [tokenizer.decode(row[batch["input_ids"].shape[1]:], skip_special_tokens=True).strip() for row in out]
+
+
+def generate_store(cfg: DictConfig) -> Path:
+    """Answer the domain's prompts not yet in the store; returns the store's path."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.batch_size < 1 or cfg.n_prompts < 1 or cfg.max_new_tokens < 1 or cfg.temperature < 0:
+        raise ValueError("batch_size, n_prompts, max_new_tokens must be >= 1 and temperature >= 0.")
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.out)
+    prompts = domain_prompts(cfg.prompts_from, cfg.n_prompts, cfg.seed)
+    done = done_prompts(out)
+    todo = [p for p in prompts if p not in done]
+    print(f"{cfg.prompts_from}: {len(prompts)} prompts, {len(prompts) - len(todo)} already answered in {out}")
+    if not todo:
+        return out
+    tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    tokenizer.padding_side = "left"  # batched generation: prompts end where answers start
+    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    started, answered_tokens = time.time(), 0
+    columns = [TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+               TimeRemainingColumn()]
+    with Progress(*columns) as progress:
+        task = progress.add_task("gen", total=len(todo), rate="")
+        for start in range(0, len(todo), cfg.batch_size):
+            chunk = todo[start:start + cfg.batch_size]
+            answers = answer_batch(target, tokenizer, chunk, cfg)
+            append_records(out, [(p, a) for p, a in zip(chunk, answers) if a])
+            answered_tokens += sum(len(tokenizer(a)["input_ids"]) for a in answers)
+            progress.update(task, advance=len(chunk),
+                            rate=f"{answered_tokens / (time.time() - started):.0f} answer tok/s")
+    print(f"wrote {out} ({len(done_prompts(out))} records, {answered_tokens} new answer tokens "
+          f"in {time.time() - started:.0f} s)")
+    return out
