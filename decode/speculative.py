@@ -199,3 +199,18 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
             new = new[: i + 1]
             break
     return Generation(new, steps, prefill_s, time.perf_counter() - start)
+
+
+def generate_all(target, proposer: Proposer, prompts: list[list[int]], gamma: int, max_new_tokens: int,
+                 params: SamplingParams | None = None, eos_token_ids: set[int] | None = None, seed: int = 0,
+                 record_entropy: bool = False) -> dict:
+    """Decode every prompt once (prompt i seeded with seed + i). Returns the tokens per prompt, all step logs,
+    the wall time (prefill included) and the number of new tokens."""
+    tokens, steps, seconds = [], [], 0.0
+    for i, prompt in enumerate(prompts):
+        gen = generate(target, proposer, prompt, gamma, max_new_tokens, params, eos_token_ids,
+                       torch.Generator().manual_seed(seed + i), record_entropy)
+        tokens.append(gen.tokens)
+        steps += gen.steps
+        seconds += gen.prefill_s + gen.decode_s
+    return {"tokens": tokens, "steps": steps, "seconds": seconds, "new_tokens": sum(map(len, tokens))}

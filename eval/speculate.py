@@ -25,7 +25,7 @@ from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from decode.metrics import acceptance, best_gamma, hardware_speedup, per_position_accept, theoretical_speedup
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from data.prompts import encode_prompt, load_prompts
 from eval.report import markdown_table, write_report
 
@@ -33,22 +33,10 @@ log = logging.getLogger("draftsmith.eval")
 ENTROPY_EDGES = [0.0, 0.5, 1.5, 3.0, float("inf")]
 
 
-def run_pass(target, proposer, prompts, gamma, max_new_tokens, params, eos, seed, record_entropy=False):
-    """Decode every prompt once; returns tokens per prompt, all step logs and the wall time."""
-    tokens, steps, seconds = [], [], 0.0
-    for i, prompt in enumerate(prompts):
-        gen = generate(target, proposer, prompt, gamma, max_new_tokens, params, eos,
-                       torch.Generator().manual_seed(seed + i), record_entropy)
-        tokens.append(gen.tokens)
-        steps += gen.steps
-        seconds += gen.prefill_s + gen.decode_s
-    return {"tokens": tokens, "steps": steps, "seconds": seconds, "new_tokens": sum(map(len, tokens))}
-
-
 def timed(target, proposer, prompts, gamma, cfg, params, eos, record_entropy=False):
     """`repeats` passes; tokens/s is the median over passes (step logs from the first pass)."""
-    passes = [run_pass(target, proposer, prompts, gamma, cfg.max_new_tokens, params, eos, cfg.seed,
-                       record_entropy and i == 0) for i in range(cfg.repeats)]
+    passes = [generate_all(target, proposer, prompts, gamma, cfg.max_new_tokens, params, eos, cfg.seed,
+                           record_entropy and i == 0) for i in range(cfg.repeats)]
     first = passes[0]
     first["tok_s"] = statistics.median(p["new_tokens"] / p["seconds"] for p in passes)
     return first
@@ -64,6 +52,36 @@ def accept_by_entropy(steps) -> list[dict]:
         if inside:
             out.append({"bucket": f"[{lo}, {hi})", "n": len(inside), "accept_rate": sum(inside) / len(inside)})
     return out
+
+
+def make_record(draft: str, domain: str, gamma: int, label, temperature: float, n_prompts: int, spec: dict,
+                base: dict, costs: dict) -> dict:
+    """One results.json record from a speculative pass, its target-only baseline and the measured costs."""
+    stats = acceptance(spec["steps"])
+    alpha = stats["alpha"]
+    known = not math.isnan(alpha)
+    return {"draft": draft, "domain": domain, "gamma": gamma, "gamma_setting": label, "temperature": temperature,
+            "n_prompts": n_prompts, "new_tokens": spec["new_tokens"], "alpha": alpha, "tau": stats["tau"],
+            "accepted_per_proposed": stats["accepted_per_proposed"],
+            "per_position_accept": per_position_accept(spec["steps"], gamma),
+            "target_tok_s": base["tok_s"], "spec_tok_s": spec["tok_s"], "speedup": spec["tok_s"] / base["tok_s"],
+            "cost_ratio_c": costs["cost_ratio_c"],
+            "theoretical_speedup": theoretical_speedup(alpha, gamma, costs["cost_ratio_c"]) if known else float("nan"),
+            "hardware_expected_speedup": hardware_speedup(alpha, gamma, costs["draft_step_s"], costs["target_pass_s"])
+            if known else float("nan"),
+            "accept_by_entropy": accept_by_entropy(spec["steps"]),
+            "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
+
+
+def load_drafts(cfg: DictConfig, tokenizer, target) -> dict:
+    """Every draft, checked against the target's vocabulary before any decoding."""
+    drafts = {}
+    for path in cfg.drafts:
+        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir)
+        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
+                         str(cfg.target), str(path))
+        drafts[str(path)] = draft
+    return drafts
 
 
 def check_eval_config(cfg: DictConfig) -> None:
@@ -89,16 +107,12 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     eos = {tokenizer.eos_token_id} | set(
         [target.generation_config.eos_token_id] if isinstance(target.generation_config.eos_token_id, int)
         else target.generation_config.eos_token_id or [])
-    drafts = {}
-    for path in cfg.drafts:  # fail on any vocabulary mismatch before decoding anything
-        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir)
-        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
-                         str(cfg.target), str(path))
-        drafts[str(path)] = draft
+    drafts = load_drafts(cfg, tokenizer, target)
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     max_gamma = max([g for g in gammas if g != "auto"] + [cfg.max_auto_gamma])
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
-                  "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype, "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+                  "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
+                  "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "top_k": cfg.top_k, "top_p": cfg.top_p,
                   "costs": {}}
@@ -118,33 +132,18 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                 for gamma in gammas:
                     label = gamma
                     if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
-                        pilot = run_pass(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens, params,
-                                         eos, cfg.seed)
+                        pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
+                                             params, eos, cfg.seed)
                         gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
                                               costs["target_pass_s"][: cfg.max_auto_gamma + 1])
                         label = f"auto:{gamma}"
                     spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
-                    stats = acceptance(spec["steps"])
-                    alpha = stats["alpha"]
-                    rec = {"draft": name, "domain": domain, "gamma": gamma, "gamma_setting": label,
-                           "temperature": float(temperature), "n_prompts": len(prompts),
-                           "new_tokens": spec["new_tokens"], "alpha": alpha, "tau": stats["tau"],
-                           "accepted_per_proposed": stats["accepted_per_proposed"],
-                           "per_position_accept": per_position_accept(spec["steps"], gamma),
-                           "target_tok_s": base["tok_s"], "spec_tok_s": spec["tok_s"],
-                           "speedup": spec["tok_s"] / base["tok_s"], "cost_ratio_c": costs["cost_ratio_c"],
-                           "theoretical_speedup": theoretical_speedup(alpha, gamma, costs["cost_ratio_c"])
-                           if not math.isnan(alpha) else float("nan"),
-                           "hardware_expected_speedup": hardware_speedup(alpha, gamma, costs["draft_step_s"],
-                                                                         costs["target_pass_s"])
-                           if not math.isnan(alpha) else float("nan"),
-                           "accept_by_entropy": accept_by_entropy(spec["steps"]),
-                           "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
+                    rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
                     records.append(rec)
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", Path(name).name,
-                             domain, label, temperature, alpha, stats["tau"], rec["speedup"],
+                             domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
                              rec["hardware_expected_speedup"])
-    costs = next(iter(conditions["costs"].values()))
+    costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
     conditions["speculation_pays"] = best[1] > 1.0
     files = write_report(records, conditions, Path(cfg.out))

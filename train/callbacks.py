@@ -13,7 +13,7 @@ import lightning as L
 import torch
 
 from decode.metrics import acceptance
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 
 log = logging.getLogger(__name__)
 
@@ -29,23 +29,15 @@ class SpeculativeEval(L.Callback):
         self._fit_validations = 0
         self.last: dict = {}
 
-    def _decode(self, target, proposer, gamma) -> tuple[list, float, int]:
-        steps, seconds, tokens = [], 0.0, 0
-        for i, prompt in enumerate(self.prompts):
-            gen = generate(target, proposer, prompt, gamma, self.max_new_tokens, self.params, self.eos,
-                           torch.Generator().manual_seed(self.seed + i))
-            steps += gen.steps
-            seconds += gen.prefill_s + gen.decode_s
-            tokens += len(gen.tokens)
-        return steps, seconds, tokens
-
     def measure(self, target, draft) -> dict:
         generate(target, DraftModelProposer(draft), self.prompts[0], self.gamma, 4)  # warm-up
-        _, base_s, base_n = self._decode(target, NoProposer(), 0)
-        steps, spec_s, spec_n = self._decode(target, DraftModelProposer(draft), self.gamma)
-        stats = acceptance(steps)
-        return {"alpha": stats["alpha"], "tau": stats["tau"], "speedup": (spec_n / spec_s) / (base_n / base_s),
-                "target_tok_s": base_n / base_s, "spec_tok_s": spec_n / spec_s, "gamma": self.gamma,
+        run = dict(max_new_tokens=self.max_new_tokens, params=self.params, eos_token_ids=self.eos, seed=self.seed)
+        base = generate_all(target, NoProposer(), self.prompts, 0, **run)
+        spec = generate_all(target, DraftModelProposer(draft), self.prompts, self.gamma, **run)
+        stats = acceptance(spec["steps"])
+        base_tok_s, spec_tok_s = base["new_tokens"] / base["seconds"], spec["new_tokens"] / spec["seconds"]
+        return {"alpha": stats["alpha"], "tau": stats["tau"], "speedup": spec_tok_s / base_tok_s,
+                "target_tok_s": base_tok_s, "spec_tok_s": spec_tok_s, "gamma": self.gamma,
                 "n_prompts": len(self.prompts), "max_new_tokens": self.max_new_tokens,
                 "temperature": self.params.temperature, "threads": torch.get_num_threads()}
 
