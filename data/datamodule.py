@@ -119,6 +119,10 @@ class DistillDataModule(L.LightningDataModule):
                 self.prepare_data()
             dd = datasets.load_from_disk(str(self.cache_path)).with_format("torch")
             self.train_set, self.val_set = dd["train"], dd["val"]
+            if len(self.train_set) < self.batch_size:
+                raise ValueError(f"Only {len(self.train_set)} training blocks of {self.block_size} tokens, fewer than "
+                                 f"data.batch_size={self.batch_size}. Fix: add data, raise data.max_train_tokens, or "
+                                 "lower data.block_size / data.batch_size.")
             log.info("data: %d train blocks, %d val blocks of %d tokens", len(self.train_set), len(self.val_set),
                      self.block_size)
 

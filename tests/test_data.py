@@ -101,3 +101,10 @@ def test_datamodule_caches_and_serves_batches(tokenizer, text_file, tmp_path):
     again = DistillDataModule(tokenizer, **kwargs)
     assert again.cache_path == dm.cache_path  # same inputs, same cache entry
     assert DistillDataModule(tokenizer, **{**kwargs, "block_size": 16}).cache_path != dm.cache_path
+
+
+def test_too_little_training_data_fails_clearly(tokenizer, text_file, tmp_path):
+    dm = DistillDataModule(tokenizer, sources=[{"kind": "files", "path": str(text_file)}], block_size=32,
+                           batch_size=10_000, val_tokens=64, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="fewer than data.batch_size=10000"):
+        dm.setup()

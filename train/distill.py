@@ -170,10 +170,9 @@ def train(cfg: DictConfig) -> dict:
         # measurements describe the final weights: record them only when those are what we export
         evaluations = [{**spec_eval.last, "domain": spec_eval_domain(cfg), "device": summary["device"],
                         "source": "end of training (spec_eval)"}] if from_last and spec_eval and spec_eval.last else []
-        summary["export"] = str(export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite,
-                                                  dtype=cfg.export.dtype,
-                                                  extra_info={"val": after if from_last else None,
-                                                              "evaluations": evaluations}))
+        summary["export"] = str(Path(cfg.export.dir).resolve())
+        export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
+                          extra_info={"val": after if from_last else None, "evaluations": evaluations})
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
 
     log.info("validation before/after training. Teacher-forced on held-out text: top1_agree (greedy acceptance "
