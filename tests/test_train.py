@@ -131,3 +131,19 @@ def test_wandb_without_key_or_network_logs_offline_and_never_crashes(tmp_path, t
                              "export.enabled=false"))
     assert summary["steps"] == 2
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+
+
+def test_block_size_above_target_maximum_fails_before_training(tmp_path, tiny_target_dir, text_file):
+    with pytest.raises(ValueError, match=r"exceeds the target's maximum sequence length \(512\)"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "data.block_size=1024"))
+
+
+def test_nan_loss_stops_training_with_a_clear_error(tokenizer):
+    target = make_model(len(tokenizer), layers=2)
+    draft = make_model(len(tokenizer), layers=1, seed=5)
+    with torch.no_grad():
+        draft.model.norm.weight.fill_(float("nan"))
+    module = DistillModule(target, draft)
+    ids = torch.randint(0, len(tokenizer), (2, 12))
+    with pytest.raises(FloatingPointError, match="train/loss is nan"):
+        module.training_step({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}, 0)
