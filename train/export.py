@@ -13,7 +13,8 @@ import torch
 
 from eval.card import write_card
 
-_META = "draftsmith"
+CHECKPOINT_KEY = "draftsmith"  # the entry a Draftsmith checkpoint carries besides Lightning's own
+_META = CHECKPOINT_KEY
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict:

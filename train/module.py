@@ -13,9 +13,9 @@ import time
 import lightning as L
 import torch
 
+from train.export import CHECKPOINT_KEY as _META
 from train.losses import chunked_distill, get_loss
 
-_META = "draftsmith"
 
 
 def final_hidden(model, batch) -> torch.Tensor:
