@@ -5,15 +5,24 @@ from __future__ import annotations
 import statistics
 import time
 
+import torch
+
 from decode.speculative import CachedLM
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():  # GPU kernels run asynchronously: wait for them before reading the clock
+        torch.cuda.synchronize()
 
 
 def _median_time(fn, repeats: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
+        _sync()
         t = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 

@@ -52,9 +52,19 @@ def load_tokenizer(name_or_path: str, cache_dir: str | Path | None = None, **kwa
     return tok
 
 
+def pick_device(name: str | None = "auto") -> torch.device:
+    """`auto` = the first CUDA GPU when there is one, else the CPU; otherwise any torch device string."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name} asked for, but torch sees no CUDA GPU. Fix: device=cpu or device=auto.")
+    return device
+
+
 def load_causal_lm(name_or_path: str, *, dtype: str = "float32", cache_dir: str | Path | None = None,
                    attn_implementation: str | None = None, revision: str | None = None,
-                   trust_remote_code: bool = False):
+                   trust_remote_code: bool = False, device: str | None = None):
     from transformers import AutoModelForCausalLM
 
     path = resolve(name_or_path, cache_dir)
@@ -64,9 +74,10 @@ def load_causal_lm(name_or_path: str, *, dtype: str = "float32", cache_dir: str 
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as err:
         raise _hub_hint(name_or_path, err) from err
+    return model.to(pick_device(device)) if device else model
 
 
 def load_frozen(name_or_path: str, **kwargs):

@@ -56,10 +56,10 @@ def accept_reject(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_
     The emitted tokens follow the target's distribution exactly.
     """
     gamma = draft_tokens.shape[0]
-    positions = torch.arange(gamma)
+    positions = torch.arange(gamma, device=target_probs.device)
     p_tok = target_probs[positions, draft_tokens]
     q_tok = draft_probs[positions, draft_tokens]
-    u = torch.rand(gamma, generator=generator, dtype=p_tok.dtype)
+    u = torch.rand(gamma, generator=generator, dtype=p_tok.dtype, device=p_tok.device)
     rejected = (u * q_tok >= p_tok).nonzero()  # accept iff u < p/q, u ~ U[0, 1)
     if rejected.numel() == 0:
         return gamma, int(sample(target_probs[gamma], generator))
@@ -68,3 +68,14 @@ def accept_reject(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_
     if residual.sum() <= 0:  # p == q up to rounding: rejection had probability ~0; p is the right law
         residual = target_probs[n]
     return n, int(sample(residual / residual.sum(), generator))
+
+
+def greedy_accept(drafted: list[int], target_argmax: list[int]) -> tuple[int, int]:
+    """The temperature-0 case of `accept_reject` without building one-hot distributions: keep drafted
+    tokens while they equal the target's argmax; the next token is the target's argmax after them
+    (the correction on a mismatch, or the bonus token when all are kept). target_argmax has len(drafted)+1."""
+    n = 0
+    while n < len(drafted) and drafted[n] == target_argmax[n]:
+        n += 1
+    return n, target_argmax[n]
+

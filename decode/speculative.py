@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
-from decode.sampling import accept_reject, logits_to_probs, sample
+from decode.sampling import accept_reject, greedy_accept, logits_to_probs, sample
 
 
 @dataclass
@@ -59,12 +59,13 @@ class CachedLM:
     @torch.inference_mode()
     def extend(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
         """Feed `ids` at positions length.. and return the logits of the last `keep` of them (default all),
-        shape (keep, V). The LM head runs only on those positions."""
+        shape (keep, V), fp32, left on the model's device (no full-vocabulary copy to the host per step).
+        The LM head runs only on those positions."""
         keep = len(ids) if keep is None else keep
         out = self.model(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache, use_cache=True,
                          logits_to_keep=keep)
         self.length += len(ids)
-        return out.logits[0, -keep:].float().cpu()
+        return out.logits[0, -keep:].float()
 
     def rollback(self, keep: int) -> None:
         """Forget every cached position >= keep (transformers 5 `crop` takes minus the count to drop)."""
@@ -110,13 +111,16 @@ class DraftModelProposer:
         logits = self.lm.extend(tokens[self.lm.length:], keep=1)[-1]  # everything not yet cached (1 or 2 tokens)
         drafted, probs = [], []
         for i in range(gamma):
-            q = params.probs(logits)
-            token = int(q.argmax()) if params.temperature == 0 else int(sample(q, generator))
+            if params.temperature == 0:  # greedy needs no draft distribution
+                token = int(logits.argmax())
+            else:
+                q = params.probs(logits)
+                token = int(sample(q, generator))
+                probs.append(q)
             drafted.append(token)
-            probs.append(q)
             if i + 1 < gamma:
                 logits = self.lm.extend([token], keep=1)[-1]
-        return drafted, torch.stack(probs)
+        return drafted, torch.stack(probs) if probs else torch.empty(0)
 
     def rollback(self, keep):
         self.lm.rollback(keep)
@@ -179,11 +183,13 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         g = len(drafted)
         t2 = time.perf_counter()
         logits = verifier.score(tokens, drafted)
-        p = params.probs(logits)
-        if g:
-            n, nxt = accept_reject(torch.tensor(drafted), q, p, generator)
+        if params.temperature == 0:  # one host transfer of gamma + 1 ids, no one-hot distributions
+            n, nxt = greedy_accept(drafted, logits.argmax(-1).tolist())
+        elif g:
+            p = params.probs(logits)
+            n, nxt = accept_reject(torch.tensor(drafted, device=p.device), q.to(p.device), p, generator)
         else:
-            n, nxt = 0, int(p.argmax()) if params.temperature == 0 else int(sample(p, generator))
+            n, nxt = 0, int(sample(params.probs(logits), generator))
         t3 = time.perf_counter()
         kept = len(tokens) + n
         tokens += drafted[:n] + [nxt]
@@ -207,9 +213,10 @@ def generate_all(target, proposer: Proposer, prompts: list[list[int]], gamma: in
     """Decode every prompt once (prompt i seeded with seed + i). Returns the tokens per prompt, all step logs,
     the wall time (prefill included) and the number of new tokens."""
     tokens, steps, seconds = [], [], 0.0
+    device = getattr(target, "device", torch.device("cpu"))  # sampling runs where the logits are
     for i, prompt in enumerate(prompts):
         gen = generate(target, proposer, prompt, gamma, max_new_tokens, params, eos_token_ids,
-                       torch.Generator().manual_seed(seed + i), record_entropy)
+                       torch.Generator(device=device).manual_seed(seed + i), record_entropy)
         tokens.append(gen.tokens)
         steps += gen.steps
         seconds += gen.prefill_s + gen.decode_s

@@ -33,6 +33,10 @@ log = logging.getLogger("draftsmith.eval")
 ENTROPY_EDGES = [0.0, 0.5, 1.5, 3.0, float("inf")]
 
 
+def gpu_name(device: torch.device) -> str | None:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
 def timed(target, proposer, prompts, gamma, cfg, params, eos, record_entropy=False):
     """`repeats` passes; tokens/s is the median over passes (step logs from the first pass)."""
     passes = [generate_all(target, proposer, prompts, gamma, cfg.max_new_tokens, params, eos, cfg.seed,
@@ -77,7 +81,8 @@ def load_drafts(cfg: DictConfig, tokenizer, target) -> dict:
     """Every draft, checked against the target's vocabulary before any decoding."""
     drafts = {}
     for path in cfg.drafts:
-        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir)
+        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir,
+                            device=cfg.device)
         check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
                          str(cfg.target), str(path))
         drafts[str(path)] = draft
@@ -103,7 +108,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
-    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
     eos = {tokenizer.eos_token_id} | set(
         [target.generation_config.eos_token_id] if isinstance(target.generation_config.eos_token_id, int)
         else target.generation_config.eos_token_id or [])
@@ -114,7 +119,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
                   "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                  "cpu": platform.processor() or platform.machine(), "top_k": cfg.top_k, "top_p": cfg.top_p,
+                  "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
+                  "top_k": cfg.top_k, "top_p": cfg.top_p,
                   "costs": {}}
     records = []
     for domain in cfg.domains:

@@ -3,7 +3,7 @@ speculative decoder, and transformers' generate() alone and with assistant_model
 
     python scripts/bench_decoder.py draft=outputs/distill/<run>/export gamma=4 n_prompts=8 repeats=3
 
-Prints tokens/s (median of `repeats` passes after a warm-up), speedups and whether outputs are identical to
+Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups and whether outputs are identical to
 the target's own greedy output; saves JSON to `out`.
 """
 
@@ -38,7 +38,7 @@ def hf(target, draft, gamma):
         draft.generation_config.assistant_confidence_threshold = 0.0
 
     def run(prompt, max_new, eos):
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=target.device)
         kwargs = {"assistant_model": draft} if draft is not None else {}
         with torch.inference_mode():
             out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
@@ -47,15 +47,21 @@ def hf(target, draft, gamma):
     return run
 
 
-def measure(run, prompts, max_new, eos, repeats):
-    run(prompts[0], 8, eos)  # warm-up
-    rates, outputs = [], None
+def measure(methods: dict, prompts, max_new, eos, repeats) -> dict:
+    """Each method decodes every prompt `repeats` times, interleaved (method A, B, C, D, then again), so drift
+    on a shared machine hits all methods alike. tokens/s is the median over passes."""
+    for run in methods.values():
+        run(prompts[0], 8, eos)  # warm-up
+    results = {name: {"tok_s_all": [], "outputs": None} for name in methods}
     for _ in range(repeats):
-        t = time.perf_counter()
-        outs = [run(p, max_new, eos) for p in prompts]
-        rates.append(sum(map(len, outs)) / (time.perf_counter() - t))
-        outputs = outputs or outs
-    return {"tok_s": statistics.median(rates), "tok_s_all": rates, "outputs": outputs}
+        for name, run in methods.items():
+            t = time.perf_counter()
+            outs = [run(p, max_new, eos) for p in prompts]
+            results[name]["tok_s_all"].append(sum(map(len, outs)) / (time.perf_counter() - t))
+            results[name]["outputs"] = results[name]["outputs"] or outs
+    for r in results.values():
+        r["tok_s"] = statistics.median(r["tok_s_all"])
+    return results
 
 
 @hydra.main(config_path="../conf", config_name="bench_decoder", version_base="1.3")
@@ -65,14 +71,14 @@ def main(cfg: DictConfig) -> None:
     if cfg.gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
-    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
-    draft = load_frozen(cfg.draft, dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir)
+    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
+    draft = load_frozen(cfg.draft, dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
     check_same_vocab(tokenizer, load_tokenizer(cfg.draft), target, draft, str(cfg.target), str(cfg.draft))
     eos = {tokenizer.eos_token_id}
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
     methods = {"ours_target_only": ours(target, None, 0), "ours_speculative": ours(target, draft, cfg.gamma),
                "hf_target_only": hf(target, None, 0), "hf_assisted": hf(target, draft, cfg.gamma)}
-    results = {name: measure(run, prompts, cfg.max_new_tokens, eos, cfg.repeats) for name, run in methods.items()}
+    results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats)
     reference = results["ours_target_only"]["outputs"]
     base = results["ours_target_only"]["tok_s"]
     rows = []
@@ -84,13 +90,15 @@ def main(cfg: DictConfig) -> None:
                      "new_tokens": sum(map(len, r["outputs"]))})
         print(f"{name:<20}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}")
     ratio = results["ours_speculative"]["tok_s"] / results["hf_assisted"]["tok_s"]
+    where = target.device if target.device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}, {len(prompts)} {cfg.domain} prompts, "
-          f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {torch.get_num_threads()} threads)")
+          f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {**OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                  "cpu": platform.processor() or platform.machine(), "device": str(target.device)}
+                  "cpu": platform.processor() or platform.machine(), "device": str(target.device),
+                  "gpu": torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None}
     (out / "bench_decoder.json").write_text(json.dumps({"conditions": conditions, "rows": rows,
                                                         "ours_vs_hf_assisted": ratio}, indent=1))
     print(f"wrote {out / 'bench_decoder.json'}")

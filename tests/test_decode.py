@@ -6,7 +6,9 @@ import torch
 from conftest import make_model
 from decode.metrics import (acceptance, best_gamma, expected_tokens_per_step, hardware_speedup, per_position_accept,
                             theoretical_speedup)
-from decode.sampling import accept_reject, logits_to_probs
+from hypothesis import given, settings, strategies as st
+
+from decode.sampling import accept_reject, greedy_accept, logits_to_probs
 from decode.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
 
 V = 300
@@ -87,6 +89,16 @@ def test_bad_arguments(pair):
         logits_to_probs(torch.zeros(4), temperature=1.0, top_p=1.5)
     with pytest.raises(ValueError, match="top_p"):
         logits_to_probs(torch.zeros(4), temperature=1.0, top_p=0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(2, 5), st.data())
+def test_greedy_accept_is_accept_reject_on_one_hot_distributions(gamma, vocab, data):
+    drafted = data.draw(st.lists(st.integers(0, vocab - 1), min_size=gamma, max_size=gamma))
+    target_argmax = data.draw(st.lists(st.integers(0, vocab - 1), min_size=gamma + 1, max_size=gamma + 1))
+    q = torch.nn.functional.one_hot(torch.tensor(drafted), vocab).float()
+    p = torch.nn.functional.one_hot(torch.tensor(target_argmax), vocab).float()
+    assert greedy_accept(drafted, target_argmax) == accept_reject(torch.tensor(drafted), q, p)
 
 
 def test_top_k_and_top_p_filtering():

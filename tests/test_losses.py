@@ -6,7 +6,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from train.losses import chunked_distill, expected_accept, forward_kl, get_loss, masked_mean, top1_agree
+import math
+
+from train.losses import (LOSSES, chunked_distill, expected_accept, forward_kl, get_loss, jsd, masked_mean, reverse_kl,
+                          skew_kl, top1_agree, tvd)
 
 
 def logits(*shape, seed=0, scale=3.0):
@@ -124,3 +127,109 @@ def test_bad_arguments_fail_clearly():
         chunked_distill(x, x, student_head, teacher_head, torch.ones(1, 2), temperature=0)
     with pytest.raises(ValueError, match="chunk_size"):
         chunked_distill(x, x, student_head, teacher_head, torch.ones(1, 2), chunk_size=0)
+
+
+# --- the other divergences: reverse KL, JSD(beta), TVD, skew KL; cross-entropy mixing -------------------------
+
+def _p(x, temp=1.0):
+    return F.softmax(x.float() / temp, -1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(LOSSES)), st.integers(1, 5), st.integers(2, 30), st.integers(0, 10_000),
+       st.floats(0.5, 3.0))
+def test_every_divergence_is_nonnegative_and_zero_only_when_equal(name, n, v, seed, temp):
+    s, t = logits(n, v, seed=seed), logits(n, v, seed=seed + 1)
+    fn = get_loss(name)
+    assert torch.all(fn(s, t, temp) >= -1e-6)
+    assert torch.allclose(fn(t.clone(), t, temp), torch.zeros(n), atol=1e-5)
+    assert fn(s, t, temp).sum() > 0  # random s != t
+
+
+def test_reverse_kl_is_kl_draft_to_target():
+    s, t = logits(8, 40, seed=21), logits(8, 40, seed=22)
+    assert torch.allclose(reverse_kl(s, t), forward_kl(t, s), atol=1e-5)  # KL(q||p): roles swapped
+    assert torch.allclose(reverse_kl(s, t, 2.0), F.kl_div(F.log_softmax(t / 2, -1), F.log_softmax(s / 2, -1),
+                                                           reduction="none", log_target=True).sum(-1) * 4, atol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(2, 30), st.integers(0, 10_000), st.floats(0.05, 0.95))
+def test_jsd_matches_its_definition_and_is_bounded(n, v, seed, beta):
+    s, t = logits(n, v, seed=seed), logits(n, v, seed=seed + 1)
+    p, q = _p(t), _p(s)
+    m = beta * p + (1 - beta) * q
+    ref = beta * (p * (p / m).log()).sum(-1) + (1 - beta) * (q * (q / m).log()).sum(-1)
+    assert torch.allclose(jsd(s, t, beta=beta), ref, atol=1e-4)
+    entropy_bound = -(beta * math.log(beta) + (1 - beta) * math.log(1 - beta))  # JSD_beta <= H(beta)
+    assert torch.all(jsd(s, t, beta=beta) <= entropy_bound + 1e-5)
+
+
+def test_symmetric_jsd_is_symmetric():
+    s, t = logits(6, 25, seed=31), logits(6, 25, seed=32)
+    assert torch.allclose(jsd(s, t), jsd(t, s), atol=1e-6)
+    assert not torch.allclose(jsd(s, t, beta=0.2), jsd(t, s, beta=0.2), atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(2, 30), st.integers(0, 10_000))
+def test_tvd_is_one_minus_expected_acceptance(n, v, seed):
+    s, t = logits(n, v, seed=seed), logits(n, v, seed=seed + 1)
+    assert torch.allclose(tvd(s, t), 1 - expected_accept(s, t), atol=1e-5)
+    assert torch.all(tvd(s, t) <= 1 + 1e-6)
+    assert torch.allclose(tvd(s, t), tvd(t, s), atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(2, 30), st.integers(0, 10_000), st.floats(0.01, 0.9))
+def test_skew_kl_matches_definition_is_bounded_and_reduces_to_forward_kl(n, v, seed, skew):
+    s, t = logits(n, v, seed=seed, scale=6.0), logits(n, v, seed=seed + 1, scale=6.0)
+    p, q = _p(t), _p(s)
+    m = skew * p + (1 - skew) * q
+    assert torch.allclose(skew_kl(s, t, skew=skew), (p * (p / m).log()).sum(-1), atol=1e-4)
+    assert torch.all(skew_kl(s, t, skew=skew) <= -math.log(skew) + 1e-5)  # m >= skew * p
+    assert torch.allclose(skew_kl(s, t, skew=0.0), forward_kl(s, t), atol=1e-6)
+
+
+def test_divergence_parameters_are_checked():
+    s = logits(2, 5)
+    with pytest.raises(ValueError, match="beta"):
+        jsd(s, s, beta=1.0)
+    with pytest.raises(ValueError, match="skew"):
+        skew_kl(s, s, skew=1.0)
+    assert get_loss("cross_entropy") is None  # the baseline: no divergence at all
+    assert get_loss("jsd", beta=0.3)(s, s).shape == (2,)
+
+
+def test_ce_weight_mixes_cross_entropy_and_needs_no_target_at_weight_one():
+    student_head, teacher_head = _heads()
+    sh, th = logits(2, 5, 12, seed=40, scale=1.0), logits(2, 5, 12, seed=41, scale=1.0)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 1, 1]], dtype=torch.bool)
+    nxt = torch.randint(0, 30, (2, 5), generator=torch.Generator().manual_seed(42))
+    s_logits, t_logits = student_head(sh)[mask], teacher_head(th)[mask]
+    ce = F.cross_entropy(s_logits, nxt[mask])
+    kl = forward_kl(s_logits, t_logits).mean()
+    with torch.no_grad():
+        mixed = chunked_distill(sh, th, student_head, teacher_head, mask, chunk_size=2, next_tokens=nxt, ce_weight=0.3)
+        only_ce = chunked_distill(sh, None, student_head, None, mask, chunk_size=2, next_tokens=nxt, ce_weight=1.0)
+    assert mixed["loss"].item() == pytest.approx((0.7 * kl + 0.3 * ce).item(), abs=1e-5)
+    assert only_ce["loss"].item() == pytest.approx(ce.item(), abs=1e-5)
+    with pytest.raises(ValueError, match="next_tokens"):
+        chunked_distill(sh, th, student_head, teacher_head, mask, ce_weight=0.5)
+    with pytest.raises(ValueError, match="teacher_hidden"):
+        chunked_distill(sh, None, student_head, None, mask, next_tokens=nxt, ce_weight=0.5)
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_every_divergence_trains_the_draft_toward_the_target(name):
+    """A few gradient steps on any divergence raise teacher-forced expected acceptance."""
+    torch.manual_seed(0)
+    t = logits(64, 20, seed=50)
+    s = torch.zeros(64, 20, requires_grad=True)
+    before = expected_accept(s.detach(), t).mean()
+    opt = torch.optim.Adam([s], lr=0.1)
+    for _ in range(60):
+        opt.zero_grad()
+        get_loss(name)(s, t).mean().backward()
+        opt.step()
+    assert expected_accept(s.detach(), t).mean() > before + 0.3

@@ -23,6 +23,8 @@ def tiny_cfg(tmp_path, tiny_target_dir, text_file, *extra):
         "spec_eval.n_prompts=2", "spec_eval.max_new_tokens=8",
         f"paths.output_dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path / 'cache'}", *extra,
     ]
+    if any(e.startswith("model/draft=") for e in extra):  # other draft kinds have no `layers`
+        overrides.remove("model.draft.layers=[0,2]")
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("distill", overrides=overrides)
 
@@ -147,3 +149,58 @@ def test_nan_loss_stops_training_with_a_clear_error(tokenizer):
     ids = torch.randint(0, len(tokenizer), (2, 12))
     with pytest.raises(FloatingPointError, match="train/loss is nan"):
         module.training_step({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}, 0)
+
+
+@pytest.mark.parametrize("loss", ["reverse_kl", "jsd", "tvd", "skew_kl", "cross_entropy"])
+def test_every_loss_config_trains_end_to_end(tmp_path, tiny_target_dir, text_file, loss):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, f"loss={loss}", "trainer.max_steps=2",
+                             "spec_eval.enabled=false", "export.enabled=false"))
+    assert summary["steps"] == 2 and 0 <= summary["after"]["val/expected_accept"] <= 1
+
+
+def test_cross_entropy_baseline_never_runs_the_target_in_training(tokenizer):
+    V = len(tokenizer)
+    target, draft = make_model(V, seed=1), make_model(V, seed=2)
+    module = DistillModule(target, draft, loss="cross_entropy")
+    calls = []
+    target.get_decoder().register_forward_hook(lambda *a: calls.append(1))
+    ids = torch.randint(0, V, (2, 12))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    loss = module.training_step(batch, 0)
+    expected = torch.nn.functional.cross_entropy(draft(ids).logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1))
+    assert not calls and loss.item() == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_bad_loss_settings_fail_before_loading_models(tmp_path, tiny_target_dir, text_file):
+    with pytest.raises(ValueError, match="beta"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "loss=jsd", "loss.params.beta=1.5"))
+    with pytest.raises(ValueError, match="ce_weight"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "loss.ce_weight=2"))
+    with pytest.raises(ValueError, match="Unknown loss"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "loss.name=nope"))
+
+
+def test_lora_fine_tuning_trains_adapters_only_and_exports_a_merged_plain_model(tmp_path, tiny_target_dir, text_file):
+    general = train(tiny_cfg(tmp_path / "general", tiny_target_dir, text_file, "spec_eval.enabled=false"))
+    base = AutoModelForCausalLM.from_pretrained(general["export"]).eval()
+    summary = train(tiny_cfg(tmp_path / "lora", tiny_target_dir, text_file, "model/draft=pretrained",
+                             f"model.draft.name_or_path={general['export']}", "lora.enabled=true", "lora.r=4",
+                             "optim.lr=1e-2"))
+    assert 0 <= summary["after"]["val/alpha"] <= 1  # speculative decoding ran with the adapters in place
+    ckpt = read_checkpoint(tmp_path / "lora" / "run" / "checkpoints" / "last.ckpt")
+    assert ckpt["draftsmith"]["lora"]["r"] == 4
+    assert any("lora_A" in k for k in ckpt["state_dict"])
+    export = tmp_path / "lora" / "run" / "export"
+    assert summary["export"] == str(export)
+    weights = json.loads((export / "config.json").read_text())
+    assert "lora" not in json.dumps(weights) and not (export / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(export).eval()  # a plain model: no peft needed to load it
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        assert torch.allclose(merged(ids).logits, draft_from_checkpoint(ckpt)(ids).logits, atol=1e-5)
+        assert not torch.allclose(merged(ids).logits, base(ids).logits, atol=1e-4)  # the adapters learned something
+    # embeddings were not trained: LoRA touched only the target modules
+    assert torch.equal(merged.get_input_embeddings().weight, base.get_input_embeddings().weight)
+    with pytest.raises(ValueError, match="target_modules"):
+        train(tiny_cfg(tmp_path / "bad", tiny_target_dir, text_file, "lora.enabled=true", "lora.target_modules=[nope]"))

@@ -29,6 +29,8 @@ from train.drafts import build_draft
 from train.callbacks import SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers
+from train.lora import add_lora, lora_settings
+from train.losses import get_loss
 from train.module import DistillModule
 
 log = logging.getLogger("draftsmith")
@@ -42,6 +44,11 @@ def check_config(cfg: DictConfig) -> None:
     """Fail on bad values before loading anything."""
     if cfg.loss.temperature <= 0:
         raise ValueError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
+    if not 0 <= cfg.loss.ce_weight <= 1:
+        raise ValueError(f"loss.ce_weight must be in [0, 1], got {cfg.loss.ce_weight}.")
+    loss_fn = get_loss(cfg.loss.name, **OmegaConf.to_container(cfg.loss.params))
+    if loss_fn is not None:  # bad loss parameters (jsd beta, skew_kl skew) fail here, before any model loads
+        loss_fn(torch.zeros(1, 2), torch.zeros(1, 2), cfg.loss.temperature)
     if cfg.data.block_size < 2 or cfg.data.batch_size < 1:
         raise ValueError("data.block_size must be >= 2 and data.batch_size >= 1.")
     if cfg.optim.lr <= 0:
@@ -76,6 +83,8 @@ def build_models(cfg: DictConfig):
                         copy_embeddings=d.get("copy_embeddings", True), name_or_path=d.get("name_or_path"),
                         train_embeddings=d.train_embeddings, dtype=d.dtype, cache_dir=cache, seed=cfg.seed)
     check_same_vocab(tokenizer, draft_tokenizer, target, draft, t.name_or_path, f"draft ({d.kind})")
+    if cfg.lora.enabled:  # e.g. a general draft adapted to a domain: only the adapters train
+        draft = add_lora(draft, lora_settings(cfg.lora))
     max_pos = getattr(target.config, "max_position_embeddings", None)
     if max_pos and cfg.data.block_size > max_pos:
         raise ValueError(f"data.block_size={cfg.data.block_size} exceeds the target's maximum sequence length "
@@ -131,10 +140,12 @@ def train(cfg: DictConfig) -> dict:
                                    name=data_cfg["name"])
     meta = {"target": cfg.model.target.name_or_path, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
-            "config": OmegaConf.to_container(cfg, resolve=True)}
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None}
     module = DistillModule(target, draft, loss=cfg.loss.name, temperature=cfg.loss.temperature,
-                           chunk_size=cfg.loss.chunk_size, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
-                           betas=tuple(cfg.optim.betas), warmup_steps=cfg.optim.warmup_steps,
+                           chunk_size=cfg.loss.chunk_size, ce_weight=cfg.loss.ce_weight,
+                           loss_params=OmegaConf.to_container(cfg.loss.params), lr=cfg.optim.lr,
+                           weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas), warmup_steps=cfg.optim.warmup_steps,
                            min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta)
 
     ckpt_dir = output_dir / "checkpoints"

@@ -42,7 +42,14 @@ def draft_from_checkpoint(ckpt: dict):
     config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     state = {k[len("draft."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("draft.")}
-    model.load_state_dict(state, strict=True)
+    if meta.get("lora"):  # LoRA-trained: rebuild the adapters, load, then merge them into plain weights
+        from train.lora import add_lora, merge_lora
+
+        model = add_lora(model, meta["lora"])
+        model.load_state_dict(state, strict=True)
+        model = merge_lora(model)
+    else:
+        model.load_state_dict(state, strict=True)
     if meta.get("generation_config"):
         model.generation_config = GenerationConfig.from_dict(meta["generation_config"])
     return model.eval()

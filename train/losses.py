@@ -8,6 +8,8 @@ the output heads chunk by chunk over the masked tokens so a 150k vocabulary neve
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Callable
 
 import torch
@@ -15,20 +17,75 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
+def _log_probs(student_logits, teacher_logits, temperature):
+    return (F.log_softmax(student_logits.float() / temperature, dim=-1),
+            F.log_softmax(teacher_logits.float() / temperature, dim=-1))
+
+
+def _kl(log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
+    """KL(a || b) per row from log-probabilities; 0 * log 0 counts as 0."""
+    return torch.where(log_a.isfinite(), log_a.exp() * (log_a - log_b), 0.0).sum(-1)
+
+
 def forward_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """KL(p_T || q_T) per token, times T^2 so gradients keep their scale across temperatures (Hinton)."""
-    log_q = F.log_softmax(student_logits.float() / temperature, dim=-1)
-    log_p = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
-    return (log_p.exp() * (log_p - log_q)).sum(-1) * temperature**2
+    """KL(p_T || q_T) per token, times T^2 so gradients keep their scale across temperatures (Hinton).
+    Mass-covering: the draft is punished wherever the target puts mass it misses."""
+    log_q, log_p = _log_probs(student_logits, teacher_logits, temperature)
+    return _kl(log_p, log_q) * temperature**2
 
 
-LOSSES: dict[str, Callable[..., torch.Tensor]] = {"forward_kl": forward_kl}
+def reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(q_T || p_T) per token, times T^2. Mode-seeking: the draft concentrates on what the target is sure of."""
+    log_q, log_p = _log_probs(student_logits, teacher_logits, temperature)
+    return _kl(log_q, log_p) * temperature**2
 
 
-def get_loss(name: str) -> Callable[..., torch.Tensor]:
+def jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0,
+        beta: float = 0.5) -> torch.Tensor:
+    """Generalized Jensen-Shannon divergence, times T^2:
+    beta * KL(p || m) + (1 - beta) * KL(q || m) with the mixture m = beta * p + (1 - beta) * q.
+    beta = 0.5 is the symmetric JSD (bounded by ln 2); small beta weighs the draft's side."""
+    if not 0 < beta < 1:
+        raise ValueError(f"jsd beta must be in (0, 1), got {beta}.")
+    log_q, log_p = _log_probs(student_logits, teacher_logits, temperature)
+    log_m = torch.logsumexp(torch.stack([log_p + math.log(beta), log_q + math.log(1 - beta)]), dim=0)
+    return (beta * _kl(log_p, log_m) + (1 - beta) * _kl(log_q, log_m)) * temperature**2
+
+
+def tvd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Total variation distance 0.5 * sum |p - q| = 1 - sum min(p, q): exactly one minus the probability that
+    a token drawn from the draft is accepted (at T = 1). Not rescaled: it is bounded by 1."""
+    log_q, log_p = _log_probs(student_logits, teacher_logits, temperature)
+    return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)
+
+
+def skew_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0,
+            skew: float = 0.1) -> torch.Tensor:
+    """Skew forward KL, KL(p || skew * p + (1 - skew) * q), times T^2 (DistiLLM). skew = 0 is forward KL;
+    a positive skew bounds the loss by -log(skew) and keeps gradients finite where q ~ 0."""
+    if not 0 <= skew < 1:
+        raise ValueError(f"skew_kl skew must be in [0, 1), got {skew}.")
+    log_q, log_p = _log_probs(student_logits, teacher_logits, temperature)
+    if skew == 0:
+        return _kl(log_p, log_q) * temperature**2
+    log_m = torch.logsumexp(torch.stack([log_p + math.log(skew), log_q + math.log(1 - skew)]), dim=0)
+    return _kl(log_p, log_m) * temperature**2
+
+
+LOSSES: dict[str, Callable[..., torch.Tensor]] = {"forward_kl": forward_kl, "reverse_kl": reverse_kl, "jsd": jsd,
+                                                  "tvd": tvd, "skew_kl": skew_kl}
+CROSS_ENTROPY = "cross_entropy"  # the no-distillation baseline: next-token cross-entropy on the data (ce_weight = 1)
+
+
+def get_loss(name: str, **params) -> Callable[..., torch.Tensor] | None:
+    """The divergence `name` with its extra parameters bound (jsd: beta; skew_kl: skew); None for the
+    cross-entropy baseline, which uses no target logits."""
+    if name == CROSS_ENTROPY:
+        return None
     if name not in LOSSES:
-        raise ValueError(f"Unknown loss '{name}'. Choose one of: {', '.join(sorted(LOSSES))}.")
-    return LOSSES[name]
+        raise ValueError(f"Unknown loss '{name}'. Choose one of: {', '.join(sorted([*LOSSES, CROSS_ENTROPY]))}.")
+    fn = LOSSES[name]
+    return functools.partial(fn, **params) if params else fn
 
 
 def expected_accept(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
@@ -48,17 +105,25 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp_min(1)
 
 
-def _chunk_loss(loss_fn, temperature, student_head, hidden, teacher_logits):
-    return loss_fn(student_head(hidden).float(), teacher_logits, temperature).sum()
+def _chunk_loss(loss_fn, temperature, ce_weight, student_head, hidden, teacher_logits, next_ids):
+    logits = student_head(hidden).float()
+    total = logits.new_zeros(())
+    if ce_weight < 1:
+        total = total + (1 - ce_weight) * loss_fn(logits, teacher_logits, temperature).sum()
+    if ce_weight > 0:
+        total = total + ce_weight * F.cross_entropy(logits, next_ids, reduction="sum")
+    return total
 
 
-def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, student_head: Callable,
-                    teacher_head: Callable, mask: torch.Tensor, loss_fn: Callable = forward_kl,
-                    temperature: float = 1.0, chunk_size: int = 1024,
-                    metrics: bool = False) -> dict[str, torch.Tensor]:
-    """Mean distillation loss over the tokens where `mask` is true, computed `chunk_size` tokens at a time.
+def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor | None, student_head: Callable,
+                    teacher_head: Callable | None, mask: torch.Tensor, loss_fn: Callable = forward_kl,
+                    temperature: float = 1.0, chunk_size: int = 1024, metrics: bool = False,
+                    next_tokens: torch.Tensor | None = None, ce_weight: float = 0.0) -> dict[str, torch.Tensor]:
+    """Mean loss over the tokens where `mask` is true, computed `chunk_size` tokens at a time:
+    (1 - ce_weight) * distillation loss + ce_weight * cross-entropy on `next_tokens` (the data's next ids).
 
     student_hidden / teacher_hidden: (..., H) final hidden states; heads map them to logits (..., V).
+    With ce_weight = 1 the target is not needed (teacher_hidden may be None) unless metrics are asked for.
     Returns {"loss", "tokens"} and, with metrics=True, "kl" (forward KL at T=1), "top1_agree" and
     "expected_accept" (means over the same tokens, no gradient).
     """
@@ -66,27 +131,37 @@ def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, 
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
     if temperature <= 0:
         raise ValueError(f"loss temperature must be > 0, got {temperature}.")
+    if not 0 <= ce_weight <= 1:
+        raise ValueError(f"ce_weight must be in [0, 1], got {ce_weight}.")
+    if ce_weight > 0 and next_tokens is None:
+        raise ValueError("ce_weight > 0 needs next_tokens (the data's next-token ids).")
+    need_teacher = ce_weight < 1 or metrics
+    if need_teacher and teacher_hidden is None:
+        raise ValueError("This loss needs the target's hidden states (teacher_hidden).")
     keep = mask.bool()
-    sh, th = student_hidden[keep], teacher_hidden[keep]
+    sh = student_hidden[keep]
+    th = teacher_hidden[keep] if need_teacher else None
+    nxt = next_tokens[keep] if next_tokens is not None else None
     n = sh.shape[0]
     total = student_hidden.new_zeros((), dtype=torch.float32)
     sums = {"kl": 0.0, "top1_agree": 0.0, "expected_accept": 0.0}
     for start in range(0, n, chunk_size):
-        s_chunk = sh[start:start + chunk_size]
-        with torch.no_grad():
-            t_logits = teacher_head(th[start:start + chunk_size]).float()
+        part = slice(start, start + chunk_size)
+        s_chunk = sh[part]
+        n_chunk = nxt[part] if nxt is not None else None
+        t_logits = None
+        if need_teacher:
+            with torch.no_grad():
+                t_logits = teacher_head(th[part]).float()
         if torch.is_grad_enabled() and s_chunk.requires_grad:
             # recompute this chunk's draft logits in backward instead of keeping (chunk x vocab) floats alive
-            total = total + checkpoint(_chunk_loss, loss_fn, temperature, student_head, s_chunk, t_logits,
-                                       use_reentrant=False)
-            s_logits = None
+            total = total + checkpoint(_chunk_loss, loss_fn, temperature, ce_weight, student_head, s_chunk, t_logits,
+                                       n_chunk, use_reentrant=False)
         else:
-            s_logits = student_head(s_chunk).float()
-            total = total + loss_fn(s_logits, t_logits, temperature).sum()
+            total = total + _chunk_loss(loss_fn, temperature, ce_weight, student_head, s_chunk, t_logits, n_chunk)
         if metrics:
             with torch.no_grad():
-                if s_logits is None:
-                    s_logits = student_head(s_chunk).float()
+                s_logits = student_head(s_chunk).float()
                 sums["kl"] += forward_kl(s_logits, t_logits).sum().item()
                 sums["top1_agree"] += top1_agree(s_logits, t_logits).sum().item()
                 sums["expected_accept"] += expected_accept(s_logits, t_logits).sum().item()

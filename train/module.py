@@ -14,7 +14,7 @@ import lightning as L
 import torch
 
 from train.export import CHECKPOINT_KEY as _META
-from train.losses import chunked_distill, get_loss
+from train.losses import CROSS_ENTROPY, chunked_distill, get_loss
 
 
 
@@ -41,13 +41,14 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 
 class DistillModule(L.LightningModule):
     def __init__(self, target, draft, *, loss: str = "forward_kl", temperature: float = 1.0, chunk_size: int = 1024,
-                 lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
+                 ce_weight: float = 0.0, loss_params: dict | None = None, lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
                  min_lr_ratio: float = 0.1, meta: dict | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["target", "draft", "meta"])
         self.target = target.eval().requires_grad_(False)
         self.draft = draft
-        self.loss_fn = get_loss(loss)
+        self.loss_fn = get_loss(loss, **(loss_params or {}))
+        self.ce_weight = 1.0 if loss == CROSS_ENTROPY else ce_weight  # the baseline is cross-entropy alone
         self.meta = dict(meta or {})
         self._last_step_time: float | None = None
 
@@ -57,12 +58,18 @@ class DistillModule(L.LightningModule):
         return self
 
     def _distill(self, batch, metrics: bool):
-        with torch.no_grad():
-            teacher = final_hidden(self.target, batch)
+        """Training uses the configured loss; validation also measures the target-agreement metrics, and its
+        `val/loss` is the same mixture so runs with one loss compare."""
+        teacher = None
+        if metrics or self.ce_weight < 1:  # the cross-entropy baseline trains without the target
+            with torch.no_grad():
+                teacher = final_hidden(self.target, batch)
         student = final_hidden(self.draft, batch)
+        labels = batch["labels"]
         return chunked_distill(student, teacher, self.draft.get_output_embeddings(),
-                               self.target.get_output_embeddings(), loss_mask(batch["labels"]), self.loss_fn,
-                               self.hparams.temperature, self.hparams.chunk_size, metrics=metrics)
+                               self.target.get_output_embeddings(), loss_mask(labels), self.loss_fn,
+                               self.hparams.temperature, self.hparams.chunk_size, metrics=metrics,
+                               next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
 
     def training_step(self, batch, batch_idx):
         out = self._distill(batch, metrics=False)
