@@ -69,6 +69,25 @@ def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens
     return packed, stats
 
 
+class EpochShuffleSampler(torch.utils.data.Sampler):
+    """A seeded permutation per epoch (Lightning calls set_epoch) that can start `skip` samples in, so a run
+    resumed mid-epoch sees exactly the batches an uninterrupted run would."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch, self.skip = n, seed, 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        skip, self.skip = self.skip, 0  # only the first epoch after a resume is partial
+        return iter(order[skip:])
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class DistillDataModule(L.LightningDataModule):
     def __init__(self, tokenizer, sources: list[dict], block_size: int = 256, batch_size: int = 8,
                  eval_batch_size: int = 8, max_train_tokens: int | None = None, val_tokens: int = 8192,
@@ -133,8 +152,12 @@ class DistillDataModule(L.LightningDataModule):
                 "labels": torch.stack([r["labels"] for r in rows])}
 
     def train_dataloader(self):
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=g,
+        sampler = EpochShuffleSampler(len(self.train_set), self.seed)
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and trainer.global_step > 0:  # resumed mid-epoch: skip the batches already trained on
+            per_epoch = len(self.train_set) // self.batch_size
+            sampler.skip = (trainer.global_step * trainer.accumulate_grad_batches % per_epoch) * self.batch_size
+        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           collate_fn=self._collate, num_workers=self.num_workers)
 
     def val_dataloader(self):

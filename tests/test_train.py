@@ -14,6 +14,12 @@ from train.module import DistillModule, loss_mask, warmup_cosine
 
 
 def tiny_cfg(tmp_path, tiny_target_dir, text_file, *extra):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("distill", overrides=tiny_overrides(tmp_path, tiny_target_dir, text_file, *extra))
+
+
+def tiny_overrides(tmp_path, tiny_target_dir, text_file, *extra) -> list[str]:
+    """Hydra overrides for a fast run on the tiny in-process models (also usable on the command line)."""
     overrides = [
         "model/target=local", f"model.target.name_or_path={tiny_target_dir}", "model.draft.layers=[0,2]",
         "data=files", f"data.sources=[{{kind: files, path: '{text_file}', text_field: text}}]",
@@ -25,8 +31,7 @@ def tiny_cfg(tmp_path, tiny_target_dir, text_file, *extra):
     ]
     if any(e.startswith("model/draft=") for e in extra):  # other draft kinds have no `layers`
         overrides.remove("model.draft.layers=[0,2]")
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("distill", overrides=overrides)
+    return overrides
 
 
 def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_file):

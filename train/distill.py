@@ -29,6 +29,7 @@ from train.drafts import build_draft
 from train.callbacks import SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers
+from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, find_resume
 from train.lora import add_lora, lora_settings
 from train.losses import get_loss
 from train.module import DistillModule
@@ -127,6 +128,13 @@ def train(cfg: DictConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir).resolve()
+    resume, run_dir = find_resume(cfg.ckpt_path, output_dir, output_dir.parent)
+    if run_dir != output_dir:  # ckpt_path=last: continue in the interrupted run's folder
+        log.info("resuming %s: writing into %s", resume, run_dir)
+        cfg.paths.output_dir = str(run_dir)
+        output_dir = run_dir
+    elif resume:
+        log.info("resuming from %s", resume)
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
@@ -152,7 +160,7 @@ def train(cfg: DictConfig) -> dict:
     monitor = cfg.checkpoint.monitor
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-" + monitor.split("/")[1] + "{" + monitor + ":.4f}",
                                  monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False)
-    callbacks = [checkpoint, LearningRateMonitor(logging_interval="step")]
+    callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps)]
     spec_eval = build_spec_eval(cfg, tokenizer, target)
     if spec_eval is not None:
         callbacks.append(spec_eval)
@@ -161,12 +169,14 @@ def train(cfg: DictConfig) -> dict:
     run_name = f"{cfg.task_name}-{cfg.data.name}-{cfg.loss.name}-{cfg.model.draft.kind}"
     loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), output_dir, run_name,
                             OmegaConf.to_container(cfg, resolve=True))
+    if loggers:  # Lightning refuses a learning-rate monitor without a logger (logger=none)
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=loggers or False,
-                        callbacks=callbacks, default_root_dir=str(output_dir),
+                        callbacks=callbacks, default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
                         enable_progress_bar=cfg.progress_bar != "none")
 
     before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
     last = ckpt_dir / "last.ckpt"
     trainer.save_checkpoint(last)  # the final weights, whatever the checkpoint schedule was

@@ -1,0 +1,121 @@
+"""The draft-training study: which objective and data raise acceptance, measured by real speculative decoding.
+
+    python scripts/run_study.py                       # everything: data, 7 training runs, evaluation, tables
+    python scripts/run_study.py --skip-eval           # training runs only
+
+Arms (conf/experiment/study_*.yaml), same draft, steps, seed and token budget:
+  (i) cross-entropy baseline, (ii) forward KL, (iii) reverse KL, (iv) JSD, (v) TVD,
+  (vi) the best of (ii)-(v) by teacher-forced val/expected_accept, on the target's own answers,
+  (viii) (vi) + LoRA fine-tuning on the target's answers to medical prompts.
+(vii), on-policy data, is not built yet. Resumable: a finished arm (summary.json present) is skipped.
+Writes <out>/study.json and <out>/study.md, plus the evaluations' results.json and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DIVERGENCES = ["forward_kl", "reverse_kl", "jsd", "tvd"]
+PYTHON = sys.executable
+
+
+def run(cmd: list[str]) -> None:
+    print("\n$ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def train_arm(name: str, overrides: list[str], runs: Path) -> dict:
+    out = runs / name
+    summary = out / "summary.json"
+    if not summary.is_file():  # a crashed or missing arm is trained from scratch
+        run([PYTHON, "train/distill.py", *overrides, f"paths.output_dir={out}", "export.overwrite=true",
+             "progress_bar=none"])
+    return json.loads(summary.read_text())
+
+
+def generate(prompts_from: str, n: int) -> None:
+    """The target's answers (resumable store: only missing prompts are answered)."""
+    run([PYTHON, "scripts/generate_data.py", f"prompts_from={prompts_from}", f"n_prompts={n}", "batch_size=32"])
+
+
+def alpha_table(records: list[dict], exports: dict[str, str]) -> dict:
+    """{arm: {"<domain> T=<t>": alpha}} from eval/speculate.py records."""
+    by_path = {v: k for k, v in exports.items()}
+    table: dict[str, dict] = {}
+    for r in records:
+        table.setdefault(by_path[r["draft"]], {})[f"{r['domain']} T={r['temperature']:g}"] = r["alpha"]
+    return table
+
+
+def markdown(study: dict) -> str:
+    cols = study["columns"]
+    lines = ["| arm | loss | data | E[accept] (val) | " + " | ".join(f"α {c}" for c in cols) + " |",
+             "|---|---|---|---|" + "---|" * len(cols)]
+    for arm, row in study["arms"].items():
+        lines.append(f"| {arm} | {row['loss']} | {row['data']} | {row['val_expected_accept']:.3f} | "
+                     + " | ".join(f"{row['alpha'].get(c, float('nan')):.3f}" for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", default="outputs/study", help="where the training runs go")
+    ap.add_argument("--out", default="bench/study", help="where the study tables go")
+    ap.add_argument("--n-generated", type=int, default=400, help="target answers per domain for arms (vi), (viii)")
+    ap.add_argument("--n-prompts", type=int, default=4, help="evaluation prompts per domain")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--skip-eval", action="store_true")
+    args = ap.parse_args()
+    runs, out = Path(args.runs), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+
+    summaries = {"ce": train_arm("ce", ["+experiment=study_ce"], runs)}
+    for loss in DIVERGENCES:
+        summaries[loss] = train_arm(loss, [f"+experiment=study_{loss}"], runs)
+    best = max(DIVERGENCES, key=lambda k: summaries[k]["after"]["val/expected_accept"])
+    print(f"best divergence by val/expected_accept: {best}", flush=True)
+    generate("general", args.n_generated)
+    summaries["generated"] = train_arm("generated", ["+experiment=study_generated", f"loss={best}"], runs)
+    generate("medical", args.n_generated)
+    summaries["medical_lora"] = train_arm("medical_lora", [
+        "+experiment=study_medical_lora", f"loss={best}", f"model.draft.name_or_path={summaries['generated']['export']}"],
+        runs)
+    exports = {arm: str(Path(s["export"]).resolve()) for arm, s in summaries.items()}
+    study = {"best_divergence": best, "train_seconds": {a: s["seconds"] for a, s in summaries.items()},
+             "columns": [f"{d} T={t}" for d in ("general", "medical", "code") for t in (0, 1)], "arms": {}}
+    if not args.skip_eval:
+        evaluation = out / "eval"
+        run([PYTHON, "eval/speculate.py", f"drafts=[{','.join(exports.values())}]", "domains=[general,medical,code]",
+             "gamma=[4]", "temperature=[0,1]", f"n_prompts={args.n_prompts}",
+             f"max_new_tokens={args.max_new_tokens}", f"out={evaluation}"])
+        records = json.loads((evaluation / "results.json").read_text())["records"]
+        alphas = alpha_table(records, exports)
+        run([PYTHON, "eval/speculate.py", f"drafts=[{exports['generated']}]", "domains=[general]",
+             "gamma=[1,2,4,6]", "temperature=[0]", f"n_prompts={args.n_prompts}",
+             f"max_new_tokens={args.max_new_tokens}", f"out={out / 'eval-gamma'}"])
+    else:
+        alphas = {}
+    for arm, s in summaries.items():
+        cfg = s.get("config", {})
+        study["arms"][arm] = {"loss": "cross_entropy" if arm == "ce" else (best if arm in ("generated", "medical_lora")
+                                                                         else arm),
+                              "data": {"generated": "target answers (general)",
+                                       "medical_lora": "target answers (medical), LoRA"}.get(arm, "text (general)"),
+                              "val_expected_accept": s["after"]["val/expected_accept"],
+                              "val_top1_agree": s["after"]["val/top1_agree"], "alpha": alphas.get(arm, {}),
+                              "export": exports[arm], **({"config": cfg} if cfg else {})}
+    study["seconds"] = time.time() - t0
+    (out / "study.json").write_text(json.dumps(study, indent=1))
+    (out / "study.md").write_text(markdown(study))
+    print(markdown(study))
+    print(f"wrote {out / 'study.json'}, {out / 'study.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Fault tolerance: atomic checkpoint files, and a crashed run that resumes to the same result as an
+uninterrupted one (same seed, same data order, optimizer and schedule restored)."""
+
+import csv
+
+import pytest
+import torch
+
+from test_train import tiny_cfg
+from train.checkpointing import AtomicCheckpointIO, find_resume
+from train.distill import train
+from train.module import DistillModule
+
+RUN = ["trainer.max_steps=6", "trainer.val_check_interval=3", "checkpoint.every_n_steps=2", "optim.lr=1e-2",
+       "spec_eval.enabled=false", "export.enabled=false", "trainer.log_every_n_steps=1"]
+
+
+def step_losses(run_dir) -> dict[int, float]:
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return {int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")}
+
+
+def crash_at(monkeypatch, step: int):
+    original = DistillModule.training_step
+
+    def crashing(self, batch, batch_idx):
+        if self.global_step == step:
+            raise RuntimeError("simulated crash (kill -9, preemption...)")
+        return original(self, batch, batch_idx)
+    monkeypatch.setattr(DistillModule, "training_step", crashing)
+
+
+def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_target_dir, text_file, monkeypatch):
+    whole = train(tiny_cfg(tmp_path / "whole", tiny_target_dir, text_file, *RUN))
+    with monkeypatch.context() as m:
+        crash_at(m, 5)  # last.ckpt was written at step 4
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(tiny_cfg(tmp_path / "crashed", tiny_target_dir, text_file, *RUN))
+    run = tmp_path / "crashed" / "run"
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
+    resumed = train(tiny_cfg(tmp_path / "crashed", tiny_target_dir, text_file, *RUN))  # the same command again
+    assert resumed["steps"] == whole["steps"] == 6
+    for key in ("val/kl", "val/expected_accept", "val/top1_agree"):
+        assert resumed["after"][key] == pytest.approx(whole["after"][key], rel=1e-4, abs=1e-6)
+    # the steps after the crash saw the same batches with the same optimizer state
+    w, r = step_losses(tmp_path / "whole" / "run"), step_losses(run)
+    assert {4, 5} <= set(w) and {4, 5} <= set(r)
+    assert [r[s] for s in (4, 5)] == pytest.approx([w[s] for s in (4, 5)], rel=1e-4)
+
+
+def test_ckpt_path_last_continues_the_newest_run_of_the_task(tmp_path, tiny_target_dir, text_file, monkeypatch):
+    first = tmp_path / "runs" / "2026-01-01_00-00-00"
+    with monkeypatch.context() as m:
+        crash_at(m, 3)
+        with pytest.raises(RuntimeError):
+            train(tiny_cfg(tmp_path, tiny_target_dir, text_file, *RUN, f"paths.output_dir={first}"))
+    second = tmp_path / "runs" / "2026-01-01_01-00-00"  # what rerunning the command gives: a new timestamp
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, *RUN, f"paths.output_dir={second}",
+                             "ckpt_path=last"))
+    assert summary["output_dir"] == str(first.resolve()) and summary["steps"] == 6
+    with pytest.raises(FileNotFoundError, match="no last.ckpt"):
+        find_resume("last", tmp_path / "elsewhere" / "x", tmp_path / "elsewhere")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        find_resume(str(tmp_path / "missing.ckpt"), tmp_path, tmp_path)
+    assert find_resume(None, tmp_path, tmp_path) == (None, tmp_path)
+
+
+def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1, "w": torch.ones(3)}, path)
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full / killed mid-write")
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError):
+        io.save_checkpoint({"step": 2, "w": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.load(path)["step"] == 1  # the previous checkpoint is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left behind
+
+
+@pytest.mark.integration
+def test_kill_9_then_the_same_command_resumes(tmp_path, tiny_target_dir, text_file):
+    """A real SIGKILL of `python train/distill.py` mid-training; rerunning the same command finishes the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from test_train import tiny_overrides
+
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "train/distill.py", *tiny_overrides(
+        tmp_path, tiny_target_dir, text_file, "trainer.max_steps=400", "trainer.val_check_interval=200",
+        "checkpoint.every_n_steps=5", "spec_eval.enabled=false", "export.enabled=false", "logger=none")]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.log", "w"))
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if last.is_file() and torch.load(last, weights_only=False)["global_step"] >= 10:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "training ended before it could be killed: " + (tmp_path / "first.log").read_text()[-1500:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = torch.load(last, weights_only=False)["global_step"]  # loads: never half-written
+    assert 10 <= killed_at < 400
+    done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming from" in done.stderr + done.stdout
+    assert torch.load(last, weights_only=False)["global_step"] == 400

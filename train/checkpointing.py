@@ -1,0 +1,82 @@
+"""Survive crashes: atomic checkpoint files, a last.ckpt every N steps, and finding the checkpoint to resume.
+
+A crash (kill -9, OOM, preemption) at any moment leaves either the previous last.ckpt or the new one, never a
+half-written file. Rerunning the same command with `ckpt_path=last` (or with a fixed `paths.output_dir`, where
+the default `ckpt_path=auto` finds it) continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback
+
+log = logging.getLogger(__name__)
+LAST = "last.ckpt"
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """torch.save to a temporary file in the same folder, fsync, then rename over `path` (atomic on POSIX)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, with the file replaced atomically on local disks."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        if storage_options is not None or "://" in str(path):  # remote storage: Lightning's own writer
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        atomic_torch_save(checkpoint, path)
+
+
+class PeriodicLastCheckpoint(Callback):
+    """Write <dir>/last.ckpt every `every_n_steps` optimizer steps, so a crash loses at most that many."""
+
+    def __init__(self, dirpath: str | os.PathLike, every_n_steps: int):
+        self.path = Path(dirpath) / LAST
+        self.every = every_n_steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if self.every > 0 and step > 0 and step % self.every == 0 and getattr(self, "_saved", -1) != step:
+            self._saved = step
+            trainer.save_checkpoint(self.path)
+
+
+def find_resume(ckpt_path: str | None, output_dir: Path, task_dir: Path) -> tuple[str | None, Path]:
+    """Which checkpoint to resume from, and the run folder to write into.
+
+    None: start fresh. "auto": resume from <output_dir>/checkpoints/last.ckpt when it exists (fixed output
+    folders: cluster requeues, the study runner). "last": the newest last.ckpt of any run under `task_dir`
+    (outputs/<task_name>/<timestamp>/...), continuing in that run's folder. Anything else: a checkpoint path.
+    """
+    if ckpt_path in (None, "", "none"):
+        return None, output_dir
+    if ckpt_path == "auto":
+        last = output_dir / "checkpoints" / LAST
+        return (str(last), output_dir) if last.is_file() else (None, output_dir)
+    if ckpt_path == "last":
+        found = sorted(task_dir.glob(f"*/checkpoints/{LAST}"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise FileNotFoundError(f"ckpt_path=last: no {LAST} under {task_dir}/*/checkpoints/. Fix: start without "
+                                    "ckpt_path, or give the checkpoint's path.")
+        return str(found[-1]), found[-1].parent.parent
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist. Fix: give a .ckpt file, 'last' or 'auto'.")
+    return str(ckpt_path), output_dir
