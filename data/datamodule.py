@@ -70,11 +70,13 @@ def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens
 
 
 class EpochShuffleSampler(torch.utils.data.Sampler):
-    """A seeded permutation per epoch (Lightning calls set_epoch) that can start `skip` samples in, so a run
-    resumed mid-epoch sees exactly the batches an uninterrupted run would."""
+    """A seeded permutation per epoch (Lightning calls set_epoch), split across `world_size` data-parallel ranks
+    (rank r takes positions r, r + world_size, ...), that can start `skip` samples in. So a DDP run sees the same
+    global batches as one process, and a run resumed mid-epoch the batches an uninterrupted run would."""
 
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch, self.skip = n, seed, 0, 0
+    def __init__(self, n: int, seed: int, rank: int = 0, world_size: int = 1):
+        self.n, self.seed, self.rank, self.world_size = n, seed, rank, world_size
+        self.epoch, self.skip = 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -82,10 +84,12 @@ class EpochShuffleSampler(torch.utils.data.Sampler):
     def __iter__(self):
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
         skip, self.skip = self.skip, 0  # only the first epoch after a resume is partial
-        return iter(order[skip:])
+        order = order[skip:]
+        order = order[: len(order) // self.world_size * self.world_size]  # every rank gets as many samples
+        return iter(order[self.rank::self.world_size])
 
     def __len__(self) -> int:
-        return self.n
+        return self.n // self.world_size
 
 
 class DistillDataModule(L.LightningDataModule):
@@ -152,11 +156,13 @@ class DistillDataModule(L.LightningDataModule):
                 "labels": torch.stack([r["labels"] for r in rows])}
 
     def train_dataloader(self):
-        sampler = EpochShuffleSampler(len(self.train_set), self.seed)
         trainer = getattr(self, "trainer", None)
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        sampler = EpochShuffleSampler(len(self.train_set), self.seed, rank, world)  # shards for DDP itself
         if trainer is not None and trainer.global_step > 0:  # resumed mid-epoch: skip the batches already trained on
-            per_epoch = len(self.train_set) // self.batch_size
-            sampler.skip = (trainer.global_step * trainer.accumulate_grad_batches % per_epoch) * self.batch_size
+            global_batch = self.batch_size * world
+            per_epoch = len(self.train_set) // global_batch
+            sampler.skip = (trainer.global_step * trainer.accumulate_grad_batches % per_epoch) * global_batch
         return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           collate_fn=self._collate, num_workers=self.num_workers)
 

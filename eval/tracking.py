@@ -60,3 +60,51 @@ def log_eval_to_wandb(records: list[dict], conditions: dict, files: dict, cfg: d
         run.finish()
     except Exception as err:  # noqa: BLE001 - tracking must never lose the results already written
         log.warning("W&B logging failed (%s: %s); results are in %s.", type(err).__name__, err, out)
+
+
+def _wandb_records(path: Path):
+    """Raw records of a .wandb transaction log (LevelDB log format: 32 KiB blocks of checksum, length, type
+    chunks, after a 7-byte file header)."""
+    data, block, pos, pending = path.read_bytes(), 32768, 7, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer padding
+            pos += left
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:  # full record
+            yield chunk
+        elif kind == 2:  # first, middle, last pieces of a record that spans blocks
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            yield pending + chunk
+            pending = b""
+        elif kind == 0 and length == 0:  # zero padding to the end of the block
+            pos += block - pos % block if pos % block else 0
+
+
+def offline_summary(run_dir: str | Path) -> dict:
+    """The run summary of a W&B run folder (offline or synced), read from its .wandb log: the last logged value
+    of every metric, overridden by explicit summary updates. Lets tests and `eval/compare.py` read runs without
+    a W&B server."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    files = sorted(Path(run_dir).glob("run-*.wandb"))
+    if not files:
+        raise FileNotFoundError(f"No run-*.wandb file in {run_dir}: not a W&B run folder.")
+    summary: dict = {}
+    for raw in _wandb_records(files[0]):
+        record = pb.Record()
+        record.ParseFromString(raw)
+        kind = record.WhichOneof("record_type")
+        items = record.history.item if kind == "history" else record.summary.update if kind == "summary" else []
+        for item in items:
+            key = item.key or "/".join(item.nested_key)
+            if not key.startswith("_"):
+                summary[key] = json.loads(item.value_json)
+    return summary

@@ -94,3 +94,25 @@ def test_prompts(tokenizer, tmp_path):
     assert prompts[0] == "hi" and isinstance(prompts[1], list)
     ids = encode_prompt(tokenizer, "hello")
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
+
+
+def test_compare_runs_from_local_folders(tmp_path):
+    from eval.compare import compare
+
+    for i, loss in enumerate(["forward_kl", "tvd"]):
+        run = tmp_path / "runs" / f"r{i}"
+        (run / "csv").mkdir(parents=True)
+        after = {"val/expected_accept": 0.2 + i / 10, "val/top1_agree": 0.3, "val/kl": 3.0 - i, "val/alpha": 0.25}
+        (run / "summary.json").write_text(json.dumps({
+            "run_name": f"run-{loss}", "steps": 4, "seconds": 1.5, "before": after, "after": after,
+            "setup": {"domain": "general", "loss": loss, "draft": "truncated", "draft_layers": 4, "lora": i == 1}}))
+        (run / "csv" / "metrics.csv").write_text("step,train/loss,val/expected_accept,val/kl\n0,5.0,,\n"
+                                                 f"1,,{0.1 + i / 10},4.0\n3,,{0.2 + i / 10},{3.0 - i}\n")
+    files = compare([str(tmp_path / "runs" / "*")], tmp_path / "out")
+    md = files["markdown"].read_text()
+    assert "run-forward_kl" in md and "run-tvd" in md and "truncated 4L +LoRA" in md and "0.300" in md
+    assert "<table>" in files["html"].read_text() and "data:image/png;base64," in files["html"].read_text()
+    assert files["curves"].stat().st_size > 0 and files["final"].stat().st_size > 0
+    assert len(json.loads(files["json"].read_text())["rows"]) == 2
+    with pytest.raises(FileNotFoundError, match="summary.json"):
+        compare([str(tmp_path)], tmp_path / "out2")

@@ -127,6 +127,7 @@ def test_corrupted_checkpoint_fails_clearly(tmp_path):
 
 def test_wandb_without_key_or_network_logs_offline_and_never_crashes(tmp_path, tiny_target_dir, text_file,
                                                                       monkeypatch):
+    from eval.tracking import offline_summary
     from train.loggers import wandb_mode
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -134,10 +135,17 @@ def test_wandb_without_key_or_network_logs_offline_and_never_crashes(tmp_path, t
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no key
     assert wandb_mode("auto") == "offline"
     assert wandb_mode("disabled") == "disabled"
-    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "logger=wandb", "trainer.max_steps=2",
-                             "export.enabled=false"))
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "logger=wandb", "trainer.max_steps=2"))
     assert summary["steps"] == 2
-    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    logged = offline_summary(runs[0])
+    for key in ("val/alpha", "val/tau", "val/speedup", "val/expected_accept", "final/val/alpha",
+                "before/val/expected_accept", "final/val/expected_accept", "steps", "export"):
+        assert key in logged, key
+    assert logged["final/val/alpha"] == pytest.approx(summary["after"]["val/alpha"])
+    assert logged["summary/before_after/_type"] == "table-file"  # the before/after table, as a wandb.Table
+    assert list((runs[0] / "files" / "media" / "table").rglob("*.table.json"))
 
 
 def test_block_size_above_target_maximum_fails_before_training(tmp_path, tiny_target_dir, text_file):

@@ -28,10 +28,11 @@ from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from train.drafts import build_draft
 from train.callbacks import SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
-from train.loggers import build_loggers
+from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, find_resume
 from train.lora import add_lora, lora_settings
 from train.losses import get_loss
+from train.scaling import trainer_kwargs
 from train.module import DistillModule
 
 log = logging.getLogger("draftsmith")
@@ -166,13 +167,15 @@ def train(cfg: DictConfig) -> dict:
         callbacks.append(spec_eval)
     if cfg.progress_bar != "none":
         callbacks.append(RichProgressBar() if cfg.progress_bar == "rich" else TQDMProgressBar())
-    run_name = f"{cfg.task_name}-{cfg.data.name}-{cfg.loss.name}-{cfg.model.draft.kind}"
-    loggers = build_loggers(OmegaConf.to_container(cfg.logger, resolve=True), output_dir, run_name,
-                            OmegaConf.to_container(cfg, resolve=True))
+    run_name, tags = run_name_and_tags(cfg, draft)
+    logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
+    logger_cfg["tags"] = list(logger_cfg.get("tags") or []) + tags
+    loggers = build_loggers(logger_cfg, output_dir, run_name, OmegaConf.to_container(cfg, resolve=True))
     if loggers:  # Lightning refuses a learning-rate monitor without a logger (logger=none)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=loggers or False,
-                        callbacks=callbacks, default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
+    trainer = L.Trainer(**trainer_kwargs(OmegaConf.to_container(cfg.trainer, resolve=True)), logger=loggers or False,
+                        callbacks=callbacks, default_root_dir=str(output_dir),
+                        plugins=[] if "deepspeed" in str(cfg.trainer.get("strategy")) else [AtomicCheckpointIO()],
                         enable_progress_bar=cfg.progress_bar != "none")
 
     before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
@@ -184,7 +187,12 @@ def train(cfg: DictConfig) -> dict:
     summary = {"output_dir": str(output_dir), "last_checkpoint": str(last),
                "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
                "before": before, "after": after, "seconds": round(time.time() - started, 1),
-               "threads": torch.get_num_threads(), "device": str(module.device)}
+               "threads": torch.get_num_threads(), "device": str(module.device), "run_name": run_name,
+               "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
+                         "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
+                         "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
+    if not trainer.is_global_zero:  # DDP/FSDP: one process exports and writes the summary
+        return summary
     if cfg.export.enabled:
         from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path
         source = last if from_last else Path(checkpoint.best_model_path)
@@ -195,6 +203,7 @@ def train(cfg: DictConfig) -> dict:
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
                           extra_info={"val": after if from_last else None, "evaluations": evaluations})
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    finish_wandb(loggers, summary)
 
     log.info("validation before/after training. Teacher-forced on held-out text: top1_agree (greedy acceptance "
              "proxy), expected_accept (sum_v min(p,q)), kl. Real speculative decoding on held-out prompts (greedy, "

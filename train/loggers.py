@@ -39,3 +39,41 @@ def build_loggers(cfg: dict, output_dir: str | Path, run_name: str, config_to_lo
     except Exception as err:  # noqa: BLE001 - never let experiment tracking kill a training run
         log.warning("W&B could not start (%s: %s): continuing with the CSV logger only.", type(err).__name__, err)
         return [csv]
+
+
+def run_name_and_tags(cfg, draft) -> tuple[str, list[str]]:
+    """`<task>-<data>-<loss>-<draft kind>-<layers>L-<params>M`, and the same facts as tags, so W&B runs group and
+    filter by domain, loss and draft size."""
+    layers = getattr(draft.config, "num_hidden_layers", "?")
+    size = f"{sum(p.numel() for p in draft.parameters()) / 1e6:.0f}M"
+    name = f"{cfg.task_name}-{cfg.data.name}-{cfg.loss.name}-{cfg.model.draft.kind}-{layers}L-{size}"
+    return name, [str(cfg.data.name), str(cfg.loss.name), f"draft-{cfg.model.draft.kind}", f"{layers}L", size]
+
+
+def finish_wandb(loggers: list, summary: dict) -> None:
+    """End-of-run W&B extras: before/final metrics as run summary and as a table, the export as a model artifact.
+    Never raises: the run's files are already safe on disk."""
+    for logger in loggers:
+        if type(logger).__name__ != "WandbLogger":
+            continue
+        try:
+            import wandb
+
+            run = logger.experiment
+            run.summary.update({f"before/{k}": v for k, v in summary["before"].items()})
+            run.summary.update({f"final/{k}": v for k, v in summary["after"].items()})
+            run.summary.update({"steps": summary["steps"], "train_seconds": summary["seconds"],
+                                "export": summary.get("export")})
+            keys = sorted(summary["after"])
+            run.log({"summary/before_after": wandb.Table(
+                columns=["metric", "before", "after"],
+                data=[[k, summary["before"].get(k), summary["after"][k]] for k in keys])})
+            if summary.get("export"):
+                artifact = wandb.Artifact(f"draft-{run.name}".replace("/", "-")[:120], type="model",
+                                          metadata={"final": summary["after"], "steps": summary["steps"]})
+                artifact.add_dir(summary["export"])
+                run.log_artifact(artifact)
+            run.finish()  # writes the summary file (offline runs: ready for `wandb sync`)
+        except Exception as err:  # noqa: BLE001
+            log.warning("W&B end-of-run logging failed (%s: %s); everything is in %s.", type(err).__name__, err,
+                        summary.get("output_dir"))
