@@ -92,12 +92,27 @@ class EpochShuffleSampler(torch.utils.data.Sampler):
         return self.n // self.world_size
 
 
+class Zipped(torch.utils.data.Dataset):
+    """Row i of `a` merged with row i of `b` (packed blocks + their cached teacher top-k)."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def __getitem__(self, i):
+        return {**self.a[i], **self.b[i]}
+
+
 class DistillDataModule(L.LightningDataModule):
     def __init__(self, tokenizer, sources: list[dict], block_size: int = 256, batch_size: int = 8,
                  eval_batch_size: int = 8, max_train_tokens: int | None = None, val_tokens: int = 8192,
                  train_on_prompt: bool = False, seed: int = 0, num_workers: int = 0,
-                 cache_dir: str | os.PathLike = "~/.cache/draftsmith", name: str = "data"):
+                 cache_dir: str | os.PathLike = "~/.cache/draftsmith", name: str = "data",
+                 teacher_cache: str | os.PathLike | None = None):
         super().__init__()
+        self.teacher_cache = teacher_cache
         self.tokenizer = tokenizer
         self.sources = [dict(s) for s in sources]
         self.block_size, self.batch_size, self.eval_batch_size = block_size, batch_size, eval_batch_size
@@ -148,12 +163,17 @@ class DistillDataModule(L.LightningDataModule):
                                  "lower data.block_size / data.batch_size.")
             log.info("data: %d train blocks, %d val blocks of %d tokens", len(self.train_set), len(self.val_set),
                      self.block_size)
+            if self.teacher_cache:  # the target's cached top-k rides along with each block
+                from train.teacher_cache import load_cache
+
+                self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set)))
+                self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set)))
 
     @staticmethod
     def _collate(rows):
-        input_ids = torch.stack([r["input_ids"] for r in rows])
-        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
-                "labels": torch.stack([r["labels"] for r in rows])}
+        batch = {key: torch.stack([r[key] for r in rows]) for key in rows[0]}
+        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+        return batch
 
     def train_dataloader(self):
         trainer = getattr(self, "trainer", None)

@@ -48,6 +48,14 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
     if not 0 <= cfg.loss.ce_weight <= 1:
         raise ValueError(f"loss.ce_weight must be in [0, 1], got {cfg.loss.ce_weight}.")
+    if cfg.teacher not in ("live", "cache"):
+        raise ValueError(f"teacher must be live or cache, got '{cfg.teacher}'.")
+    if cfg.teacher == "cache" and (cfg.loss.name not in ("forward_kl", "cross_entropy") or cfg.loss.temperature != 1):
+        raise ValueError("teacher=cache stores the target's top-k at temperature 1: it supports loss=forward_kl (sparse "
+                         "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: teacher=live.")
+    if cfg.teacher == "cache" and cfg.spec_eval.enabled:
+        raise ValueError("teacher=cache trains without the target, so it cannot run speculative decoding during "
+                         "training. Fix: spec_eval.enabled=false (then judge the export with eval/speculate.py).")
     loss_fn = get_loss(cfg.loss.name, **OmegaConf.to_container(cfg.loss.params))
     if loss_fn is not None:  # bad loss parameters (jsd beta, skew_kl skew) fail here, before any model loads
         loss_fn(torch.zeros(1, 2), torch.zeros(1, 2), cfg.loss.temperature)
@@ -69,6 +77,30 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.export.enabled and out.exists() and not cfg.export.overwrite:
         raise FileExistsError(f"Export folder {out} already exists. Fix: set export.dir elsewhere, "
                               "or export.overwrite=true.")
+
+
+def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer) -> str | None:
+    """teacher=cache: the folder scripts/cache_teacher.py wrote for this target and these data settings."""
+    if cfg.teacher != "cache":
+        return None
+    if cfg.teacher_cache:
+        return str(cfg.teacher_cache)
+    from train.teacher_cache import DONE, default_cache_path
+
+    data_name = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg)).cache_path.name
+    base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
+    found = sorted(base.glob(f"{data_name}-k*/{DONE}"))
+    if not found:
+        raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
+                                "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
+    return str(found[-1].parent)
+
+
+def data_module_kwargs(cfg: DictConfig, data_cfg: dict) -> dict:
+    return dict(sources=data_cfg["sources"], block_size=data_cfg["block_size"], batch_size=data_cfg["batch_size"],
+                eval_batch_size=data_cfg["eval_batch_size"], max_train_tokens=data_cfg["max_train_tokens"],
+                val_tokens=data_cfg["val_tokens"], train_on_prompt=data_cfg["train_on_prompt"], seed=cfg.seed,
+                num_workers=data_cfg["num_workers"], cache_dir=cfg.paths.cache_dir, name=data_cfg["name"])
 
 
 def build_models(cfg: DictConfig):
@@ -141,21 +173,18 @@ def train(cfg: DictConfig) -> dict:
 
     tokenizer, target, draft = build_models(cfg)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
-    datamodule = DistillDataModule(tokenizer, sources=data_cfg["sources"], block_size=data_cfg["block_size"],
-                                   batch_size=data_cfg["batch_size"], eval_batch_size=data_cfg["eval_batch_size"],
-                                   max_train_tokens=data_cfg["max_train_tokens"], val_tokens=data_cfg["val_tokens"],
-                                   train_on_prompt=data_cfg["train_on_prompt"], seed=cfg.seed,
-                                   num_workers=data_cfg["num_workers"], cache_dir=cfg.paths.cache_dir,
-                                   name=data_cfg["name"])
+    datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
+                                   teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer))
     meta = {"target": cfg.model.target.name_or_path, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
             "config": OmegaConf.to_container(cfg, resolve=True),
             "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None}
-    module = DistillModule(target, draft, loss=cfg.loss.name, temperature=cfg.loss.temperature,
-                           chunk_size=cfg.loss.chunk_size, ce_weight=cfg.loss.ce_weight,
-                           loss_params=OmegaConf.to_container(cfg.loss.params), lr=cfg.optim.lr,
-                           weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas), warmup_steps=cfg.optim.warmup_steps,
-                           min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta)
+    # teacher=cache: the target only built the draft and named the cache; training runs without it
+    module = DistillModule(target if cfg.teacher == "live" else None, draft, loss=cfg.loss.name,
+                           temperature=cfg.loss.temperature, chunk_size=cfg.loss.chunk_size,
+                           ce_weight=cfg.loss.ce_weight, loss_params=OmegaConf.to_container(cfg.loss.params),
+                           lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
+                           warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta)
 
     ckpt_dir = output_dir / "checkpoints"
     monitor = cfg.checkpoint.monitor
@@ -163,6 +192,8 @@ def train(cfg: DictConfig) -> dict:
                                  monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False)
     callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps)]
     spec_eval = build_spec_eval(cfg, tokenizer, target)
+    if cfg.teacher == "cache":
+        del target
     if spec_eval is not None:
         callbacks.append(spec_eval)
     if cfg.progress_bar != "none":

@@ -170,3 +170,55 @@ def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor |
     if metrics:
         out.update({k: torch.tensor(v / denom) for k, v in sums.items()})
     return out
+
+
+def _sparse_chunk_loss(ce_weight, student_head, hidden, t_ids, t_logp, t_tail, next_ids):
+    from train.teacher_cache import sparse_forward_kl
+
+    logits = student_head(hidden).float()
+    total = logits.new_zeros(())
+    if ce_weight < 1:
+        total = total + (1 - ce_weight) * sparse_forward_kl(logits, t_ids, t_logp, t_tail).sum()
+    if ce_weight > 0:
+        total = total + ce_weight * F.cross_entropy(logits, next_ids, reduction="sum")
+    return total
+
+
+def chunked_sparse_distill(student_hidden: torch.Tensor, student_head: Callable, mask: torch.Tensor,
+                           teacher_ids: torch.Tensor, teacher_logp: torch.Tensor, teacher_tail: torch.Tensor,
+                           chunk_size: int = 1024, metrics: bool = False, next_tokens: torch.Tensor | None = None,
+                           ce_weight: float = 0.0) -> dict[str, torch.Tensor]:
+    """`chunked_distill` against a teacher-logit cache (train/teacher_cache.py): sparse forward KL over the
+    target's cached top-k + tail (T = 1), optionally mixed with cross-entropy. Metrics: "kl" (sparse),
+    "top1_agree" (exact) and "expected_accept" (over the k + 1 outcomes: an upper bound)."""
+    from train.teacher_cache import sparse_forward_kl, sparse_metrics
+
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    if ce_weight > 0 and next_tokens is None:
+        raise ValueError("ce_weight > 0 needs next_tokens (the data's next-token ids).")
+    keep = mask.bool()
+    sh, ids, logp, tail = student_hidden[keep], teacher_ids[keep], teacher_logp[keep], teacher_tail[keep]
+    nxt = next_tokens[keep] if next_tokens is not None else None
+    n = sh.shape[0]
+    total = student_hidden.new_zeros((), dtype=torch.float32)
+    sums = {"kl": 0.0, "top1_agree": 0.0, "expected_accept": 0.0}
+    for start in range(0, n, chunk_size):
+        part = slice(start, start + chunk_size)
+        args = (ce_weight, student_head, sh[part], ids[part], logp[part], tail[part],
+                nxt[part] if nxt is not None else None)
+        if torch.is_grad_enabled() and sh.requires_grad:
+            total = total + checkpoint(_sparse_chunk_loss, *args, use_reentrant=False)
+        else:
+            total = total + _sparse_chunk_loss(*args)
+        if metrics:
+            with torch.no_grad():
+                s_logits = student_head(sh[part]).float()
+                sums["kl"] += sparse_forward_kl(s_logits, ids[part], logp[part], tail[part]).sum().item()
+                for key, value in sparse_metrics(s_logits, ids[part], logp[part], tail[part]).items():
+                    sums[key] += value.sum().item()
+    denom = max(n, 1)
+    out = {"loss": total / denom, "tokens": torch.tensor(n)}
+    if metrics:
+        out.update({k: torch.tensor(v / denom) for k, v in sums.items()})
+    return out

@@ -14,7 +14,7 @@ import lightning as L
 import torch
 
 from train.export import CHECKPOINT_KEY as _META
-from train.losses import CROSS_ENTROPY, chunked_distill, get_loss
+from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss
 
 
 
@@ -45,7 +45,8 @@ class DistillModule(L.LightningModule):
                  min_lr_ratio: float = 0.1, meta: dict | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["target", "draft", "meta"])
-        self.target = target.eval().requires_grad_(False)
+        # target None: the teacher is a logit cache that comes with each batch (train/teacher_cache.py)
+        self.target = target.eval().requires_grad_(False) if target is not None else None
         self.draft = draft
         self.loss_fn = get_loss(loss, **(loss_params or {}))
         self.ce_weight = 1.0 if loss == CROSS_ENTROPY else ce_weight  # the baseline is cross-entropy alone
@@ -54,18 +55,24 @@ class DistillModule(L.LightningModule):
 
     def train(self, mode: bool = True):
         super().train(mode)
-        self.target.eval()  # frozen: no dropout, whatever Lightning asks of the module
+        if self.target is not None:
+            self.target.eval()  # frozen: no dropout, whatever Lightning asks of the module
         return self
 
     def _distill(self, batch, metrics: bool):
         """Training uses the configured loss; validation also measures the target-agreement metrics, and its
         `val/loss` is the same mixture so runs with one loss compare."""
+        labels = batch["labels"]
+        if self.target is None:  # cached teacher: sparse forward KL against the target's stored top-k
+            return chunked_sparse_distill(final_hidden(self.draft, batch), self.draft.get_output_embeddings(),
+                                          loss_mask(labels), batch["teacher_ids"], batch["teacher_logp"],
+                                          batch["teacher_tail"], self.hparams.chunk_size, metrics=metrics,
+                                          next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
         teacher = None
         if metrics or self.ce_weight < 1:  # the cross-entropy baseline trains without the target
             with torch.no_grad():
                 teacher = final_hidden(self.target, batch)
         student = final_hidden(self.draft, batch)
-        labels = batch["labels"]
         return chunked_distill(student, teacher, self.draft.get_output_embeddings(),
                                self.target.get_output_embeddings(), loss_mask(labels), self.loss_fn,
                                self.hparams.temperature, self.hparams.chunk_size, metrics=metrics,
@@ -119,4 +126,5 @@ class DistillModule(L.LightningModule):
         if _META not in checkpoint:
             raise ValueError("This checkpoint was not written by Draftsmith's DistillModule (no 'draftsmith' entry).")
         # The frozen target is never saved: put the live one back so strict loading still checks the draft.
-        checkpoint["state_dict"].update({f"target.{k}": v for k, v in self.target.state_dict().items()})
+        if self.target is not None:
+            checkpoint["state_dict"].update({f"target.{k}": v for k, v in self.target.state_dict().items()})

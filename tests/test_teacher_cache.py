@@ -1,0 +1,98 @@
+"""Teacher-logit cache: sparse KL laws, a resumable cache job, and training from the cache without the target."""
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hypothesis import given, settings, strategies as st
+
+from conftest import CONF, REPO
+from test_train import tiny_cfg
+from train import teacher_cache
+from train.distill import train
+from train.losses import expected_accept, forward_kl
+
+
+def _cached(t_logits, k):
+    log_p = F.log_softmax(t_logits, -1)
+    top = log_p.topk(k, -1)
+    return top.indices.int(), top.values.half(), (1 - top.values.exp().sum(-1)).clamp_min(0).log()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(3, 40), st.integers(1, 40), st.integers(0, 10_000))
+def test_sparse_kl_is_a_lower_bound_of_the_full_kl_and_exact_when_nothing_is_dropped(n, v, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    s, t = torch.randn(n, v, generator=g) * 3, torch.randn(n, v, generator=g) * 3
+    k = min(k, v)
+    ids, logp, tail = _cached(t, k)
+    sparse = teacher_cache.sparse_forward_kl(s, ids, logp, tail)
+    full = forward_kl(s, t)
+    slack = 1e-2 + 2e-3 * full  # log-probs are stored in float16
+    assert torch.all(sparse >= -slack) and torch.all(sparse <= full + slack)  # merging outcomes never raises KL
+    accept = teacher_cache.sparse_metrics(s, ids, logp, tail)
+    assert torch.all(accept["expected_accept"] >= expected_accept(s, t) - 1e-2)  # an upper bound
+    assert torch.equal(accept["top1_agree"], (s.argmax(-1) == t.argmax(-1)).float())
+    if k == v:
+        assert torch.allclose(sparse, full, atol=1e-2, rtol=2e-3)
+
+
+def _cache_cfg(tmp_path, tiny_target_dir, text_file, *extra):
+    overrides = ["model/target=local", f"model.target.name_or_path={tiny_target_dir}", "data=files",
+                 f"data.sources=[{{kind: files, path: '{text_file}', text_field: text}}]", "data.block_size=32",
+                 "data.batch_size=2", "data.eval_batch_size=4", "data.val_tokens=64", f"paths.cache_dir={tmp_path / 'cache'}",
+                 "top_k=8", "shard_blocks=16", "batch_size=4", *extra]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("cache_teacher", overrides=overrides)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("cache_teacher", REPO / "scripts" / "cache_teacher.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_interrupted_cache_job_resumes_and_training_runs_from_the_cache(tmp_path, tiny_target_dir, text_file,
+                                                                        monkeypatch):
+    script = _script()
+    calls, real = [], teacher_cache.topk_of_target
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt("killed mid-way")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(teacher_cache, "topk_of_target", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        script.cache_teacher(_cache_cfg(tmp_path, tiny_target_dir, text_file))
+    done_before = len(calls) - 1
+    monkeypatch.setattr(teacher_cache, "topk_of_target", real)
+    path = script.cache_teacher(_cache_cfg(tmp_path, tiny_target_dir, text_file))
+    assert (path / teacher_cache.DONE).is_file()
+    shards = sorted((path / "train").iterdir())
+    assert len(shards) >= 2 and not list(path.glob(".shard-tmp-*"))
+    # resumed output equals a fresh, uninterrupted cache
+    fresh = script.cache_teacher(_cache_cfg(tmp_path, tiny_target_dir, text_file, f"out={tmp_path / 'fresh'}"))
+    import datasets
+    a = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards]).with_format("torch")
+    b = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in sorted((fresh / "train").iterdir())])
+    b = b.with_format("torch")
+    assert len(a) == len(b) and torch.equal(a[:]["teacher_ids"], b[:]["teacher_ids"]) and done_before >= 4
+
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
+                             "trainer.max_steps=4", f"paths.cache_dir={tmp_path / 'cache'}"))
+    assert summary["steps"] == 4
+    assert summary["after"]["val/kl"] < summary["before"]["val/kl"]  # it learned from the cached teacher
+    assert 0 <= summary["after"]["val/expected_accept"] <= 1
+
+
+def test_teacher_cache_settings_fail_clearly(tmp_path, tiny_target_dir, text_file):
+    with pytest.raises(ValueError, match="spec_eval.enabled=false"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache"))
+    with pytest.raises(ValueError, match="forward_kl"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false", "loss=jsd"))
+    with pytest.raises(FileNotFoundError, match="cache_teacher.py"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false"))

@@ -1,0 +1,126 @@
+"""Teacher-logit cache: run the target once over the packed training data and keep, per token, its top-k
+log-probabilities, their token ids and the log of the remaining tail mass. Training then needs no target at all
+(`train/distill.py teacher=cache`): a sparse forward KL compares the draft with the cached top-k plus one tail
+bucket, which is exact for the top-k tokens and lumps the rest of the vocabulary together.
+
+Stored with `datasets` as Arrow shards of `shard_blocks` blocks, each written atomically, so an interrupted
+caching job resumes at the first missing shard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+DONE = "done.json"
+
+
+def default_cache_path(cache_root: str | os.PathLike, target_slug: str, data_cache_name: str, top_k: int) -> Path:
+    """One cache per (target, tokenized data, k): <cache>/teacher/<target slug>/<data cache name>-k<k>."""
+    return Path(cache_root).expanduser() / "teacher" / target_slug / f"{data_cache_name}-k{top_k}"
+
+
+@torch.no_grad()
+def topk_of_target(target, input_ids: torch.Tensor, top_k: int, chunk_size: int = 1024) -> dict[str, torch.Tensor]:
+    """Top-k log-probs (float16), ids (int32) and log tail mass (float32) at every position of (B, S) ids."""
+    hidden = target.get_decoder()(input_ids=input_ids, use_cache=False).last_hidden_state
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    head = target.get_output_embeddings()
+    ids, logp, tail = [], [], []
+    for start in range(0, flat.shape[0], chunk_size):
+        log_p = F.log_softmax(head(flat[start:start + chunk_size]).float(), dim=-1)
+        top = log_p.topk(top_k, dim=-1)
+        ids.append(top.indices.to(torch.int32))
+        logp.append(top.values.to(torch.float16))
+        tail.append((1 - top.values.exp().sum(-1)).clamp_min(0).log())  # -inf when the top-k hold all the mass
+    shape = input_ids.shape
+    return {"teacher_ids": torch.cat(ids).reshape(*shape, top_k), "teacher_logp": torch.cat(logp).reshape(*shape, top_k),
+            "teacher_tail": torch.cat(tail).reshape(shape)}
+
+
+def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int, batch_size: int = 8,
+                shard_blocks: int = 64, info: dict | None = None) -> Path:
+    """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`."""
+    import datasets
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    if (out / DONE).is_file():
+        log.info("teacher cache complete: %s", out)
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for split, blocks in splits.items():
+        n = len(blocks)
+        shards = range(0, n, shard_blocks)
+        for start in tqdm(shards, desc=f"caching teacher top-{top_k} ({split})", unit="shard"):
+            shard_dir = out / split / f"{start:08d}"
+            if shard_dir.is_dir():  # written atomically: present means complete
+                continue
+            rows: dict[str, list] = {"teacher_ids": [], "teacher_logp": [], "teacher_tail": []}
+            for b in range(start, min(start + shard_blocks, n), batch_size):
+                ids = torch.stack([torch.as_tensor(blocks[i]["input_ids"]) for i in range(b, min(b + batch_size,
+                                                                                            start + shard_blocks, n))])
+                for key, value in topk_of_target(target, ids.to(target.device), top_k).items():
+                    rows[key] += [v.cpu().numpy() for v in value]
+            tmp = Path(tempfile.mkdtemp(dir=out, prefix=".shard-tmp-"))
+            try:
+                datasets.Dataset.from_dict(rows).save_to_disk(str(tmp))
+                shard_dir.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, shard_dir)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    (out / DONE).write_text(json.dumps({"top_k": top_k, **{f"{s}_blocks": len(b) for s, b in splits.items()},
+                                        **(info or {})}, indent=1))
+    return out
+
+
+def load_cache(path: str | os.PathLike, split: str, expected_blocks: int):
+    """The cached split as one torch-formatted dataset, checked against the data it must align with."""
+    import datasets
+
+    path = Path(path)
+    if not (path / DONE).is_file():
+        raise FileNotFoundError(f"No complete teacher cache at {path}. Fix: run `python scripts/cache_teacher.py` with "
+                                "the same model/target and data settings (it resumes if interrupted).")
+    shards = sorted((path / split).iterdir())
+    ds = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards]).with_format("torch")
+    if len(ds) != expected_blocks:
+        raise ValueError(f"Teacher cache {path} holds {len(ds)} {split} blocks but the data has {expected_blocks}. "
+                         "Fix: rebuild the cache for these data settings (scripts/cache_teacher.py).")
+    return ds
+
+
+def sparse_forward_kl(student_logits: torch.Tensor, teacher_ids: torch.Tensor, teacher_logp: torch.Tensor,
+                      teacher_tail: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) over k + 1 outcomes (the target's top-k tokens and everything else), per token, shape (N,).
+
+    student_logits (N, V); teacher_ids / teacher_logp (N, k); teacher_tail (N,) = log(1 - sum of top-k p)."""
+    log_q = F.log_softmax(student_logits.float(), dim=-1)
+    ids = teacher_ids.long()
+    log_q_top = log_q.gather(-1, ids)
+    log_q_tail = torch.logsumexp(log_q.scatter(-1, ids, float("-inf")), dim=-1)
+    log_p_top, log_p_tail = teacher_logp.float(), teacher_tail.float()
+    top = (log_p_top.exp() * (log_p_top - log_q_top)).sum(-1)
+    # no tail term when the top-k cover the vocabulary (q's tail is empty; p's is rounding) or p holds no tail
+    has_tail = (log_p_tail > float("-inf")) & (log_q_tail > float("-inf"))
+    return top + torch.where(has_tail, log_p_tail.exp() * (log_p_tail - log_q_tail), 0.0)
+
+
+def sparse_metrics(student_logits: torch.Tensor, teacher_ids: torch.Tensor, teacher_logp: torch.Tensor,
+                   teacher_tail: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-token top1 agreement (exact) and sum-min acceptance over the k + 1 outcomes (an upper bound of the
+    full-vocabulary expected acceptance), shape (N,) each."""
+    q = F.softmax(student_logits.float(), dim=-1)
+    q_top = q.gather(-1, teacher_ids.long())
+    q_tail = (1 - q_top.sum(-1)).clamp_min(0)
+    accept = torch.minimum(teacher_logp.float().exp(), q_top).sum(-1) + torch.minimum(teacher_tail.float().exp(), q_tail)
+    top1 = (student_logits.argmax(-1) == teacher_ids[:, 0].long()).float()
+    return {"top1_agree": top1, "expected_accept": accept}
