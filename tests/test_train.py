@@ -217,3 +217,37 @@ def test_lora_fine_tuning_trains_adapters_only_and_exports_a_merged_plain_model(
     assert torch.equal(merged.get_input_embeddings().weight, base.get_input_embeddings().weight)
     with pytest.raises(ValueError, match="target_modules"):
         train(tiny_cfg(tmp_path / "bad", tiny_target_dir, text_file, "lora.enabled=true", "lora.target_modules=[nope]"))
+
+
+def test_onpolicy_steps_are_a_deterministic_fraction():
+    from train.onpolicy import is_onpolicy_step
+
+    picks = [is_onpolicy_step(s, 0.3) for s in range(2000)]
+    assert 0.25 < sum(picks) / 2000 < 0.35 and picks == [is_onpolicy_step(s, 0.3) for s in range(2000)]
+    assert not any(is_onpolicy_step(s, 0.0) for s in range(100)) and all(is_onpolicy_step(s, 1.0) for s in range(100))
+
+
+def test_draft_continuations_are_the_drafts_own_text_and_only_they_are_scored(tokenizer):
+    from train.onpolicy import draft_continuations
+
+    draft = make_model(len(tokenizer), seed=3, init=0.3)
+    ids = torch.randint(3, len(tokenizer), (2, 20), generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    out = draft_continuations(draft, batch, prompt_tokens=5, new_tokens=7, temperature=0.0)
+    assert out["input_ids"].shape == (2, 12) and torch.equal(out["input_ids"][:, :5], ids[:, :5])
+    assert torch.all(out["labels"][:, :5] == -100) and torch.equal(out["labels"][:, 5:], out["input_ids"][:, 5:])
+    with torch.no_grad():
+        reference = draft.generate(ids[:, :5], attention_mask=torch.ones_like(ids[:, :5]), do_sample=False,
+                                   max_new_tokens=7, min_new_tokens=7, pad_token_id=0)
+    assert torch.equal(out["input_ids"], reference)  # greedy: exactly what the draft would write
+    sampled = draft_continuations(draft, batch, 5, 7, 1.0, torch.Generator().manual_seed(1))
+    assert sampled["input_ids"].shape == (2, 12)
+
+
+def test_onpolicy_training_runs_end_to_end(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "onpolicy.fraction=1.0", "onpolicy.prompt_tokens=8",
+                             "onpolicy.new_tokens=8", "trainer.max_steps=2", "spec_eval.enabled=false",
+                             "export.enabled=false"))
+    assert summary["steps"] == 2
+    with pytest.raises(ValueError, match="onpolicy"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "onpolicy.fraction=1.5"))

@@ -56,6 +56,12 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.teacher == "cache" and cfg.spec_eval.enabled:
         raise ValueError("teacher=cache trains without the target, so it cannot run speculative decoding during "
                          "training. Fix: spec_eval.enabled=false (then judge the export with eval/speculate.py).")
+    op = cfg.onpolicy
+    if not 0 <= op.fraction <= 1 or op.new_tokens < 1 or op.prompt_tokens < 1 or op.temperature < 0:
+        raise ValueError("onpolicy needs 0 <= fraction <= 1, prompt_tokens >= 1, new_tokens >= 1, temperature >= 0.")
+    if op.fraction > 0 and (cfg.teacher == "cache" or op.prompt_tokens + op.new_tokens > cfg.data.block_size * 4):
+        raise ValueError("onpolicy.fraction > 0 needs teacher=live (the target grades the draft's own text) and "
+                         "prompt_tokens + new_tokens of a few blocks at most.")
     loss_fn = get_loss(cfg.loss.name, **OmegaConf.to_container(cfg.loss.params))
     if loss_fn is not None:  # bad loss parameters (jsd beta, skew_kl skew) fail here, before any model loads
         loss_fn(torch.zeros(1, 2), torch.zeros(1, 2), cfg.loss.temperature)
@@ -184,7 +190,8 @@ def train(cfg: DictConfig) -> dict:
                            temperature=cfg.loss.temperature, chunk_size=cfg.loss.chunk_size,
                            ce_weight=cfg.loss.ce_weight, loss_params=OmegaConf.to_container(cfg.loss.params),
                            lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
-                           warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta)
+                           warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
+                           onpolicy=OmegaConf.to_container(cfg.onpolicy))
 
     ckpt_dir = output_dir / "checkpoints"
     monitor = cfg.checkpoint.monitor

@@ -14,6 +14,7 @@ import lightning as L
 import torch
 
 from train.export import CHECKPOINT_KEY as _META
+from train.onpolicy import draft_continuations, is_onpolicy_step
 from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss
 
 
@@ -41,7 +42,8 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 
 class DistillModule(L.LightningModule):
     def __init__(self, target, draft, *, loss: str = "forward_kl", temperature: float = 1.0, chunk_size: int = 1024,
-                 ce_weight: float = 0.0, loss_params: dict | None = None, lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
+                 ce_weight: float = 0.0, loss_params: dict | None = None, onpolicy: dict | None = None,
+                 lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
                  min_lr_ratio: float = 0.1, meta: dict | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["target", "draft", "meta"])
@@ -51,6 +53,7 @@ class DistillModule(L.LightningModule):
         self.loss_fn = get_loss(loss, **(loss_params or {}))
         self.ce_weight = 1.0 if loss == CROSS_ENTROPY else ce_weight  # the baseline is cross-entropy alone
         self.meta = dict(meta or {})
+        self.onpolicy = dict(onpolicy or {"fraction": 0.0})  # fraction, prompt_tokens, new_tokens, temperature
         self._last_step_time: float | None = None
 
     def train(self, mode: bool = True):
@@ -79,6 +82,12 @@ class DistillModule(L.LightningModule):
                                next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
 
     def training_step(self, batch, batch_idx):
+        op = self.onpolicy
+        if is_onpolicy_step(self.global_step, op["fraction"]):  # the draft writes, the target grades
+            gen = torch.Generator(device=batch["input_ids"].device).manual_seed(self.global_step)
+            batch = draft_continuations(self.draft, batch, op["prompt_tokens"], op["new_tokens"], op["temperature"],
+                                        gen)
+            self.log("train/onpolicy", 1.0, on_step=True)
         out = self._distill(batch, metrics=False)
         if not torch.isfinite(out["loss"]):
             raise FloatingPointError(f"train/loss is {out['loss'].item()} at step {self.global_step}: stopping. "
