@@ -105,6 +105,23 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp_min(1)
 
 
+def _check_chunking(chunk_size: int, ce_weight: float, next_tokens) -> None:
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    if not 0 <= ce_weight <= 1:
+        raise ValueError(f"ce_weight must be in [0, 1], got {ce_weight}.")
+    if ce_weight > 0 and next_tokens is None:
+        raise ValueError("ce_weight > 0 needs next_tokens (the data's next-token ids).")
+
+
+def _mean_over_tokens(total: torch.Tensor, sums: dict, n: int, metrics: bool) -> dict[str, torch.Tensor]:
+    denom = max(n, 1)
+    out = {"loss": total / denom, "tokens": torch.tensor(n)}
+    if metrics:
+        out.update({k: torch.tensor(v / denom) for k, v in sums.items()})
+    return out
+
+
 def _chunk_loss(loss_fn, temperature, ce_weight, student_head, hidden, teacher_logits, next_ids):
     logits = student_head(hidden).float()
     total = logits.new_zeros(())
@@ -127,14 +144,9 @@ def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor |
     Returns {"loss", "tokens"} and, with metrics=True, "kl" (forward KL at T=1), "top1_agree" and
     "expected_accept" (means over the same tokens, no gradient).
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    _check_chunking(chunk_size, ce_weight, next_tokens)
     if temperature <= 0:
         raise ValueError(f"loss temperature must be > 0, got {temperature}.")
-    if not 0 <= ce_weight <= 1:
-        raise ValueError(f"ce_weight must be in [0, 1], got {ce_weight}.")
-    if ce_weight > 0 and next_tokens is None:
-        raise ValueError("ce_weight > 0 needs next_tokens (the data's next-token ids).")
     need_teacher = ce_weight < 1 or metrics
     if need_teacher and teacher_hidden is None:
         raise ValueError("This loss needs the target's hidden states (teacher_hidden).")
@@ -165,11 +177,7 @@ def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor |
                 sums["kl"] += forward_kl(s_logits, t_logits).sum().item()
                 sums["top1_agree"] += top1_agree(s_logits, t_logits).sum().item()
                 sums["expected_accept"] += expected_accept(s_logits, t_logits).sum().item()
-    denom = max(n, 1)
-    out = {"loss": total / denom, "tokens": torch.tensor(n)}
-    if metrics:
-        out.update({k: torch.tensor(v / denom) for k, v in sums.items()})
-    return out
+    return _mean_over_tokens(total, sums, n, metrics)
 
 
 def _sparse_chunk_loss(ce_weight, student_head, hidden, t_ids, t_logp, t_tail, next_ids):
@@ -193,10 +201,7 @@ def chunked_sparse_distill(student_hidden: torch.Tensor, student_head: Callable,
     "top1_agree" (exact) and "expected_accept" (over the k + 1 outcomes: an upper bound)."""
     from train.teacher_cache import sparse_forward_kl, sparse_metrics
 
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
-    if ce_weight > 0 and next_tokens is None:
-        raise ValueError("ce_weight > 0 needs next_tokens (the data's next-token ids).")
+    _check_chunking(chunk_size, ce_weight, next_tokens)
     keep = mask.bool()
     sh, ids, logp, tail = student_hidden[keep], teacher_ids[keep], teacher_logp[keep], teacher_tail[keep]
     nxt = next_tokens[keep] if next_tokens is not None else None
@@ -217,8 +222,4 @@ def chunked_sparse_distill(student_hidden: torch.Tensor, student_head: Callable,
                 sums["kl"] += sparse_forward_kl(s_logits, ids[part], logp[part], tail[part]).sum().item()
                 for key, value in sparse_metrics(s_logits, ids[part], logp[part], tail[part]).items():
                     sums[key] += value.sum().item()
-    denom = max(n, 1)
-    out = {"loss": total / denom, "tokens": torch.tensor(n)}
-    if metrics:
-        out.update({k: torch.tensor(v / denom) for k, v in sums.items()})
-    return out
+    return _mean_over_tokens(total, sums, n, metrics)
