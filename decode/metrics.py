@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+ENTROPY_EDGES = (0.0, 0.5, 1.5, 3.0, float("inf"))  # target entropy buckets (nats): sure ... unsure
+
 
 def _pairs(steps: Iterable) -> list[tuple[int, int]]:
     """(drafted, accepted) for each step; accepts StepLog objects or (drafted, accepted) tuples."""
@@ -68,3 +70,14 @@ def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float]
     """The gamma in 1..len(target_pass_s)-1 that maximises the hardware-aware speedup."""
     options = [(g, hardware_speedup(alpha, g, draft_step_s, target_pass_s)) for g in range(1, len(target_pass_s))]
     return max(options, key=lambda x: x[1])
+
+
+def by_entropy(entropies: Sequence[float], accepts: Sequence[float],
+               edges: Sequence[float] = ENTROPY_EDGES) -> list[dict]:
+    """Mean acceptance (0/1 events or probabilities) per target-entropy bucket [lo, hi); empty buckets left out."""
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        inside = [a for e, a in zip(entropies, accepts) if lo <= e < hi]
+        if inside:
+            out.append({"bucket": f"[{lo}, {hi})", "n": len(inside), "accept_rate": sum(inside) / len(inside)})
+    return out

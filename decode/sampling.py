@@ -22,9 +22,10 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 0.0, top_k: int |
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}.")
     logits = logits.float()
-    if temperature == 0:
+    if temperature < 1e-30:  # 0, or so small it underflows in fp32: the greedy limit
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / temperature
+    # shift so the max is 0 first: a tiny temperature then gives -inf (probability 0), never inf - inf = NaN
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -79,3 +80,10 @@ def greedy_accept(drafted: list[int], target_argmax: list[int]) -> tuple[int, in
         n += 1
     return n, target_argmax[n]
 
+
+
+def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """(..., V) p and q -> (...) probability that `accept_reject` accepts a token drafted from q:
+    sum_v min(p_v, q_v) = 1 - TV(p, q) (Leviathan et al.'s beta; alpha is its mean over the target's prefixes).
+    With one-hot (temperature 0) inputs it is 1 where the argmaxes agree, else 0."""
+    return torch.minimum(target_probs.float(), draft_probs.float()).sum(-1)

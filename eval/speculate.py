@@ -24,13 +24,12 @@ from decode.costs import measure_costs
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
-from decode.metrics import acceptance, best_gamma, hardware_speedup, per_position_accept, theoretical_speedup
+from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept, theoretical_speedup
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from data.prompts import encode_prompt, load_prompts
 from eval.report import markdown_table, write_report
 
 log = logging.getLogger("draftsmith.eval")
-ENTROPY_EDGES = [0.0, 0.5, 1.5, 3.0, float("inf")]
 
 
 def gpu_name(device: torch.device) -> str | None:
@@ -47,15 +46,12 @@ def timed(target, proposer, prompts, gamma, cfg, params, eos, record_entropy=Fal
 
 
 def accept_by_entropy(steps) -> list[dict]:
-    flags = []
+    """Acceptance events of the judged positions, bucketed by the target's entropy there."""
+    entropies, accepted = [], []
     for s in steps:
-        flags += [(e, i < s.accepted) for i, e in enumerate(s.entropies)]
-    out = []
-    for lo, hi in zip(ENTROPY_EDGES, ENTROPY_EDGES[1:]):
-        inside = [ok for e, ok in flags if lo <= e < hi]
-        if inside:
-            out.append({"bucket": f"[{lo}, {hi})", "n": len(inside), "accept_rate": sum(inside) / len(inside)})
-    return out
+        entropies += s.entropies
+        accepted += [float(i < s.accepted) for i in range(len(s.entropies))]
+    return by_entropy(entropies, accepted)
 
 
 def make_record(draft: str, domain: str, gamma: int, label, temperature: float, n_prompts: int, spec: dict,

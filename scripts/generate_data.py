@@ -1,6 +1,6 @@
 """Sequence-level distillation data: the target answers prompts drawn from a domain's corpora.
 
-    python scripts/generate_data.py prompts_from=general n_prompts=512
+    python scripts/generate_data.py prompts_from=general n_prompts=400
     python train/distill.py data=generated data.prompts_from=general     # then train on the answers
 
 Answers are appended to a JSONL store (chat records) after every batch: rerunning the same command after a

@@ -26,10 +26,13 @@ def test_every_group_option_composes(group, option):
 
 @pytest.mark.parametrize("domain", sorted(p.stem for p in (CONF / "domain").glob("*.yaml")))
 def test_plus_domain_switches_data(domain):
-    cfg = compose_distill([f"+domain={domain}"])
-    assert cfg.data.name == domain
+    cfg = compose_distill([f"+domain={domain}"])  # the target's answers to the domain's prompts
+    assert cfg.data.name == f"generated-{domain}" and cfg.data.prompts_from == domain
+    assert cfg.data.store.endswith(f"{domain}.jsonl")
     assert cfg.task_name == f"distill-{domain}"
-    assert compose_distill().data.name == "general"
+    assert compose_distill([f"+domain={domain}", f"data={domain}"]).data.name == domain  # its reference text
+    default = compose_distill()
+    assert (default.data.name, default.loss.name) == ("generated-general", "jsd")  # the study's winner
 
 
 def test_domain_is_not_in_the_defaults_list():

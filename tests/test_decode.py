@@ -8,7 +8,7 @@ from decode.metrics import (acceptance, best_gamma, expected_tokens_per_step, ha
                             theoretical_speedup)
 from hypothesis import given, settings, strategies as st
 
-from decode.sampling import accept_reject, greedy_accept, logits_to_probs
+from decode.sampling import accept_reject, acceptance_probability, greedy_accept, logits_to_probs
 from decode.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
 
 V = 300
@@ -99,6 +99,34 @@ def test_greedy_accept_is_accept_reject_on_one_hot_distributions(gamma, vocab, d
     q = torch.nn.functional.one_hot(torch.tensor(drafted), vocab).float()
     p = torch.nn.functional.one_hot(torch.tensor(target_argmax), vocab).float()
     assert greedy_accept(drafted, target_argmax) == accept_reject(torch.tensor(drafted), q, p)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 8), st.floats(0.0, 2.0), st.integers(0, 10_000))
+def test_acceptance_probability_laws(vocab, temperature, seed):
+    g = torch.Generator().manual_seed(seed)
+    p = logits_to_probs(torch.randn(5, vocab, generator=g) * 2, temperature)
+    q = logits_to_probs(torch.randn(5, vocab, generator=g) * 2, temperature)
+    beta = acceptance_probability(p, q)
+    assert beta.shape == (5,)
+    assert torch.allclose(beta, 1 - 0.5 * (p - q).abs().sum(-1), atol=1e-5)  # 1 - total variation
+    assert torch.allclose(beta, acceptance_probability(q, p))
+    assert torch.allclose(acceptance_probability(p, p), torch.ones(5), atol=1e-5)
+    assert ((beta >= -1e-6) & (beta <= 1 + 1e-6)).all()
+    if temperature == 0:  # greedy: accepted exactly when the argmaxes agree
+        assert beta.tolist() == (p.argmax(-1) == q.argmax(-1)).float().tolist()
+
+
+def test_acceptance_probability_is_the_rate_accept_reject_accepts():
+    """Monte Carlo: accept_reject on one drafted token accepts with probability sum(min(p, q))."""
+    g = torch.Generator().manual_seed(3)
+    p = logits_to_probs(torch.randn(2, 7, generator=g) * 1.5, 1.0)
+    q = logits_to_probs(torch.randn(1, 7, generator=g) * 1.5, 1.0)
+    draws, accepted = 40_000, 0
+    for _ in range(draws):
+        accepted += accept_reject(torch.multinomial(q, 1, generator=g).squeeze(1), q, p, g)[0]
+    expected = acceptance_probability(p[:1], q).item()
+    assert abs(accepted / draws - expected) < 0.01, (accepted / draws, expected)
 
 
 def test_top_k_and_top_p_filtering():

@@ -64,3 +64,36 @@ def test_generation_resumes_and_trains(tmp_path, tiny_target_dir):
             "export.enabled=false"])
     assert cfg.data.sources[0].path == str(store) and cfg.data.name == "generated-general"
     assert train(cfg)["steps"] == 2
+
+
+def generated_run_cfg(tmp_path, target_dir, *extra):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("distill", overrides=[
+            "model/target=local", f"model.target.name_or_path={target_dir}", "model.draft.layers=[0]",
+            "data.block_size=16", "data.val_tokens=16", "trainer.max_steps=2", "progress_bar=none",
+            "data.generate.n_prompts=8", "data.generate.batch_size=4", "data.generate.max_new_tokens=12",
+            "data.batch_size=2",
+            f"paths.output_dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path}", "spec_eval.enabled=false",
+            "export.enabled=false", *extra])
+
+
+def test_default_data_answers_missing_prompts_before_training(tmp_path, tiny_target_dir):
+    """The default data (the target's answers) needs no separate step: missing answers are generated first."""
+    from train.distill import train
+
+    cfg = generated_run_cfg(tmp_path, tiny_target_dir)
+    store = tmp_path / "generated" / "local" / "general.jsonl"
+    assert cfg.data.store == str(store) and not store.exists()
+    assert train(cfg)["steps"] == 2
+    assert done_prompts(store) == set(domain_prompts("general", 8))
+
+
+def test_other_ranks_never_generate(tmp_path, tiny_target_dir, monkeypatch):
+    from train.distill import train
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(RuntimeError, match="scripts/generate_data.py"):
+        train(generated_run_cfg(tmp_path, tiny_target_dir))
+    with pytest.raises(FileNotFoundError):  # generation switched off and no store: the loader names the file
+        monkeypatch.delenv("LOCAL_RANK")
+        train(generated_run_cfg(tmp_path, tiny_target_dir, "data.generate.enabled=false"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -102,6 +103,30 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer) -> str | N
     return str(found[-1].parent)
 
 
+def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
+    """data=generated: the target answers the prompts missing from the store before training starts."""
+    gen = cfg.data.get("generate")
+    if not gen or not gen.enabled:
+        return
+    from data.generated import domain_prompts, done_prompts
+    from train.teacher_data import generate_store
+
+    store = Path(cfg.data.store)
+    missing = set(domain_prompts(cfg.data.prompts_from, gen.n_prompts, gen.seed)) - done_prompts(store)
+    if not missing:
+        return
+    if os.environ.get("RANK", "0") != "0" or os.environ.get("LOCAL_RANK", "0") != "0":
+        raise RuntimeError(f"{len(missing)} prompts are not answered yet in {store}, and this is not rank 0 (all ranks "
+                           "start at once under torchrun/SLURM). Fix: run `python scripts/generate_data.py "
+                           f"prompts_from={cfg.data.prompts_from} n_prompts={gen.n_prompts}` once, then launch.")
+    log.info("data=generated: the target answers %d prompts first (resumable store %s)", len(missing), store)
+    generate_store(OmegaConf.create({
+        "target": cfg.model.target.name_or_path, "dtype": cfg.model.target.dtype, "cache_dir": cfg.paths.cache_dir,
+        "prompts_from": cfg.data.prompts_from, "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
+        "max_new_tokens": gen.max_new_tokens, "temperature": gen.temperature, "top_p": None, "seed": gen.seed,
+        "threads": None, "out": str(store)}), target=target, tokenizer=tokenizer)
+
+
 def data_module_kwargs(cfg: DictConfig, data_cfg: dict) -> dict:
     return dict(sources=data_cfg["sources"], block_size=data_cfg["block_size"], batch_size=data_cfg["batch_size"],
                 eval_batch_size=data_cfg["eval_batch_size"], max_train_tokens=data_cfg["max_train_tokens"],
@@ -138,7 +163,9 @@ def build_models(cfg: DictConfig):
 
 
 def spec_eval_domain(cfg: DictConfig) -> str:
-    return cfg.spec_eval.domain or (cfg.data.name if cfg.data.name in BUILTIN else "general")
+    """The held-out prompt set for alpha: spec_eval.domain, else the data's domain (generated data: its prompts')."""
+    domain = cfg.data.get("prompts_from") or cfg.data.name
+    return cfg.spec_eval.domain or (domain if domain in BUILTIN else "general")
 
 
 def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | None:
@@ -178,6 +205,7 @@ def train(cfg: DictConfig) -> dict:
     started = time.time()
 
     tokenizer, target, draft = build_models(cfg)
+    answer_missing_prompts(cfg, tokenizer, target)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
                                    teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer))

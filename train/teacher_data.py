@@ -23,14 +23,16 @@ def answer_batch(target, tokenizer, prompts: list[str], cfg: DictConfig) -> list
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
              for p in prompts]
     batch = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
-    sampling = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p or 1.0} \
+    # top_k=0 switches off transformers' default top-k of 50: samples follow the target's own distribution
+    sampling = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p or 1.0, "top_k": 0} \
         if cfg.temperature > 0 else {"do_sample": False}
     out = target.generate(**batch, max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
     return [tokenizer.decode(row[batch["input_ids"].shape[1]:], skip_special_tokens=True).strip() for row in out]
 
 
-def generate_store(cfg: DictConfig) -> Path:
-    """Answer the domain's prompts not yet in the store; returns the store's path."""
+def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
+    """Answer the domain's prompts not yet in the store; returns the store's path. Pass an already loaded
+    target and tokenizer to reuse them (train/distill.py does), or they are loaded from cfg.target."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.batch_size < 1 or cfg.n_prompts < 1 or cfg.max_new_tokens < 1 or cfg.temperature < 0:
@@ -43,9 +45,17 @@ def generate_store(cfg: DictConfig) -> Path:
     print(f"{cfg.prompts_from}: {len(prompts)} prompts, {len(prompts) - len(todo)} already answered in {out}")
     if not todo:
         return out
-    tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
-    tokenizer.padding_side = "left"  # batched generation: prompts end where answers start
-    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    tokenizer = tokenizer or load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    target = target or load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # prompts end where answers start
+    try:
+        _answer_all(target, tokenizer, todo, cfg, out)
+    finally:
+        tokenizer.padding_side = padding_side
+    return out
+
+
+def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path) -> None:
     started, answered_tokens = time.time(), 0
     columns = [TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeRemainingColumn()]
@@ -60,4 +70,3 @@ def generate_store(cfg: DictConfig) -> Path:
                             rate=f"{answered_tokens / (time.time() - started):.0f} answer tok/s")
     print(f"wrote {out} ({len(done_prompts(out))} records, {answered_tokens} new answer tokens "
           f"in {time.time() - started:.0f} s)")
-    return out
