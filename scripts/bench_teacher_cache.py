@@ -46,11 +46,11 @@ def main() -> None:
     args = ap.parse_args()
     runs, out = Path(args.runs), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    common = [f"data.max_train_tokens={args.max_train_tokens}", f"trainer.max_steps={args.steps}",
+    common = ["data=general", "loss=forward_kl", f"data.max_train_tokens={args.max_train_tokens}", f"trainer.max_steps={args.steps}",
               f"trainer.val_check_interval={args.steps}", "spec_eval.enabled=false", "progress_bar=none",
               "export.overwrite=true", "ckpt_path=null", "trainer.log_every_n_steps=1"]
     seconds = {"live": run([PYTHON, "train/distill.py", *common, f"paths.output_dir={runs / 'live'}"])}
-    seconds["cache_build"] = run([PYTHON, "scripts/cache_teacher.py", f"top_k={args.top_k}",
+    seconds["cache_build"] = run([PYTHON, "scripts/cache_teacher.py", "data=general", f"top_k={args.top_k}",
                                   f"data.max_train_tokens={args.max_train_tokens}", f"out={runs / 'teacher-cache'}"])
     seconds["cached"] = run([PYTHON, "train/distill.py", *common, "teacher=cache",
                              f"teacher_cache={runs / 'teacher-cache'}", f"paths.output_dir={runs / 'cached'}"])

@@ -1,8 +1,8 @@
 """Run the target once over the training data and cache its top-k log-probabilities (resumable), so that
 `train/distill.py teacher=cache` trains the draft without loading the target.
 
-    python scripts/cache_teacher.py top_k=64                       # default target and data
-    python train/distill.py teacher=cache spec_eval.enabled=false  # then train from the cache
+    python scripts/cache_teacher.py top_k=64                                      # default target and data
+    python train/distill.py teacher=cache loss=forward_kl spec_eval.enabled=false  # then train from the cache
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@
 Arms (conf/experiment/study_*.yaml), same draft, steps, seed and token budget:
   (i) cross-entropy baseline, (ii) forward KL, (iii) reverse KL, (iv) JSD, (v) TVD,
   (vi) the best of (ii)-(v) by teacher-forced val/expected_accept, on the target's own answers,
+  (vi-ce) cross-entropy on the same answers (no target logits): separates the data from the objective,
   (vii) (vi) + on-policy data on half of the steps,
   (viii) (vi) + LoRA fine-tuning on the target's answers to medical prompts.
 Acceptance: eval/acceptance.py (alpha_tf: expected acceptance at every position of the target's own continuations
@@ -43,7 +44,7 @@ def train_arm(name: str, overrides: list[str], runs: Path) -> dict:
 
 def generate(prompts_from: str, n: int) -> None:
     """The target's answers (resumable store: only missing prompts are answered)."""
-    run([PYTHON, "scripts/generate_data.py", f"prompts_from={prompts_from}", f"n_prompts={n}", "batch_size=32",
+    run([PYTHON, "scripts/generate_data.py", f"prompts_from={prompts_from}", f"n_prompts={n}", "batch_size=100",
          "max_new_tokens=128"])
 
 
@@ -87,6 +88,8 @@ def main() -> None:
     print(f"best divergence by val/expected_accept: {best}", flush=True)
     generate("general", args.n_generated)
     summaries["generated"] = train_arm("generated", ["+experiment=study_generated", f"loss={best}"], runs)
+    summaries["generated_ce"] = train_arm("generated_ce", ["+experiment=study_generated", "loss=cross_entropy",
+                                                           "task_name=study-generated-ce"], runs)
     summaries["onpolicy"] = train_arm("onpolicy", ["+experiment=study_onpolicy", f"loss={best}"], runs)
     generate("medical", args.n_generated)
     summaries["medical_lora"] = train_arm("medical_lora", [
@@ -107,11 +110,12 @@ def main() -> None:
         run([PYTHON, "eval/speculate.py", drafts, "domains=[general,medical,code]", "gamma=[4]", "temperature=[0,1]",
              f"n_prompts={args.n_prompts}", f"max_new_tokens={args.max_new_tokens}", f"out={out / 'eval'}"])
         alphas = alpha_table(json.loads((out / "eval" / "results.json").read_text())["records"], exports)
-    data = {"generated": "target answers (general)", "onpolicy": "target answers (general) + on-policy 50%",
+    data = {"generated": "target answers (general)", "generated_ce": "target answers (general)", "onpolicy": "target answers (general) + on-policy 50%",
             "medical_lora": "target answers (medical), LoRA"}
     for arm, s in summaries.items():
         cfg = s.get("config", {})
-        study["arms"][arm] = {"loss": "cross_entropy" if arm == "ce" else (best if arm in data else arm),
+        loss = "cross_entropy" if arm in ("ce", "generated_ce") else (best if arm in data else arm)
+        study["arms"][arm] = {"loss": loss,
                               "data": data.get(arm, "text (general)"),
                               "val_expected_accept": s["after"]["val/expected_accept"],
                               "val_top1_agree": s["after"]["val/top1_agree"], "alpha_tf": alpha_tf.get(arm, {}),

@@ -83,7 +83,7 @@ def test_interrupted_cache_job_resumes_and_training_runs_from_the_cache(tmp_path
     assert len(a) == len(b) and torch.equal(a[:]["teacher_ids"], b[:]["teacher_ids"]) and done_before >= 4
 
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
-                             "trainer.max_steps=4", f"paths.cache_dir={tmp_path / 'cache'}"))
+                             "loss=forward_kl", "trainer.max_steps=4", f"paths.cache_dir={tmp_path / 'cache'}"))
     assert summary["steps"] == 4
     assert summary["after"]["val/kl"] < summary["before"]["val/kl"]  # it learned from the cached teacher
     assert 0 <= summary["after"]["val/expected_accept"] <= 1
@@ -91,8 +91,9 @@ def test_interrupted_cache_job_resumes_and_training_runs_from_the_cache(tmp_path
 
 def test_teacher_cache_settings_fail_clearly(tmp_path, tiny_target_dir, text_file):
     with pytest.raises(ValueError, match="spec_eval.enabled=false"):
-        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache"))
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "loss=forward_kl"))
     with pytest.raises(ValueError, match="forward_kl"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false", "loss=jsd"))
     with pytest.raises(FileNotFoundError, match="cache_teacher.py"):
-        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false"))
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
+                       "loss=forward_kl"))

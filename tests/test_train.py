@@ -251,3 +251,19 @@ def test_onpolicy_training_runs_end_to_end(tmp_path, tiny_target_dir, text_file)
     assert summary["steps"] == 2
     with pytest.raises(ValueError, match="onpolicy"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "onpolicy.fraction=1.5"))
+
+
+def test_after_metrics_reuse_the_final_fit_validation(tmp_path, tiny_target_dir, text_file, monkeypatch):
+    """When fit validated the final weights, 'after' reuses those numbers instead of validating twice."""
+    import lightning as L
+
+    calls = []
+    original = L.Trainer.validate
+    monkeypatch.setattr(L.Trainer, "validate", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "trainer.max_steps=4"))  # validates at 2 and 4
+    assert len(calls) == 1  # only 'before'
+    for key in ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "val/tau", "val/speedup"):
+        assert key in summary["after"]
+    calls.clear()
+    train(tiny_cfg(tmp_path / "b", tiny_target_dir, text_file, "trainer.max_steps=3", "spec_eval.every_n_validations=2"))
+    assert len(calls) == 2  # the last fit validation (step 2) is not the final weights: validate again

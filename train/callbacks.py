@@ -28,6 +28,7 @@ class SpeculativeEval(L.Callback):
         self.every, self.params, self.eos, self.seed = every_n_validations, SamplingParams(temperature), eos_token_ids, seed
         self._fit_validations = 0
         self.last: dict = {}
+        self.measured_at_step = -1  # global step of the last measurement
 
     def measure(self, target, draft) -> dict:
         generate(target, DraftModelProposer(draft), self.prompts[0], self.gamma, 4)  # warm-up
@@ -52,7 +53,20 @@ class SpeculativeEval(L.Callback):
         pl_module.draft.eval()
         try:
             self.last = self.measure(pl_module.target, pl_module.draft)
+            self.measured_at_step = trainer.global_step
         finally:
             pl_module.draft.train(was_training)
         for key in ("alpha", "tau", "speedup"):
             pl_module.log(f"val/{key}", float(self.last[key]), prog_bar=key == "alpha")
+
+
+class LastFitValidation(L.Callback):
+    """Remembers the global step of the last validation during fit, so train/distill.py can reuse its metrics
+    as the 'after' numbers instead of validating the same weights a second time."""
+
+    def __init__(self):
+        self.step = -1
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self.step = trainer.global_step

@@ -27,7 +27,7 @@ from data.datamodule import DistillDataModule
 from data.prompts import BUILTIN, encode_prompt, load_prompts
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from train.drafts import build_draft
-from train.callbacks import SpeculativeEval
+from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, find_resume
@@ -53,7 +53,8 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(f"teacher must be live or cache, got '{cfg.teacher}'.")
     if cfg.teacher == "cache" and (cfg.loss.name not in ("forward_kl", "cross_entropy") or cfg.loss.temperature != 1):
         raise ValueError("teacher=cache stores the target's top-k at temperature 1: it supports loss=forward_kl (sparse "
-                         "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: teacher=live.")
+                         "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: add loss=forward_kl "
+                         "(the default loss, jsd, needs full logits), or use teacher=live.")
     if cfg.teacher == "cache" and cfg.spec_eval.enabled:
         raise ValueError("teacher=cache trains without the target, so it cannot run speculative decoding during "
                          "training. Fix: spec_eval.enabled=false (then judge the export with eval/speculate.py).")
@@ -225,7 +226,8 @@ def train(cfg: DictConfig) -> dict:
     monitor = cfg.checkpoint.monitor
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-" + monitor.split("/")[1] + "{" + monitor + ":.4f}",
                                  monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False)
-    callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps)]
+    last_validation = LastFitValidation()
+    callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation]
     spec_eval = build_spec_eval(cfg, tokenizer, target)
     if cfg.teacher == "cache":
         del target
@@ -246,7 +248,12 @@ def train(cfg: DictConfig) -> dict:
 
     before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
-    after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+    step = trainer.global_step
+    if last_validation.step == step and (spec_eval is None or spec_eval.measured_at_step == step):
+        # fit already validated the final weights (teacher-forced and, when on, speculative): reuse, don't redo
+        after = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    else:
+        after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
     last = ckpt_dir / "last.ckpt"
     trainer.save_checkpoint(last)  # the final weights, whatever the checkpoint schedule was
 
