@@ -17,12 +17,21 @@ def _row(e: dict) -> str:
             f"{e.get('threads')} threads, {e.get('device', 'cpu')}; {e.get('source', '')} |")
 
 
+def _how(training: dict) -> str:
+    if not training.get("loss"):
+        return ""
+    source = ("cross-entropy on the data's tokens, no target logits" if training["loss"] == "cross_entropy"
+              else f"distillation from the target's logits ({training['loss']})")
+    lora = ", LoRA adapters merged" if training.get("lora") else ""
+    return f": {source} on `{training.get('data')}`, {training.get('steps')} steps{lora}"
+
+
 def render(info: dict, name: str) -> str:
     target = info.get("target") or "<target>"
     serving_target = target if not str(target).startswith("embedded:") else "HuggingFaceTB/SmolLM2-135M-Instruct"
     evals = info.get("evaluations") or []
     lines = [f"# {name}: a speculative-decoding draft for `{target}`", "",
-             "Trained with Draftsmith by distillation from the target's logits. "
+             f"Trained with Draftsmith{_how(info.get('training') or {})}. "
              "It shares the target's tokenizer and vocabulary; use it only as a draft (assistant) for that target.", ""]
     val = info.get("val") or {}
     if val:

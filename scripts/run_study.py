@@ -1,6 +1,6 @@
 """The draft-training study: which objective and data raise acceptance.
 
-    python scripts/run_study.py                       # everything: data, 8 training runs, evaluation, tables
+    python scripts/run_study.py                       # everything: data, 10 training runs, evaluation, tables
     python scripts/run_study.py --skip-eval           # training runs only
     python scripts/run_study.py --real-decoding       # also eval/speculate.py (slow on a CPU: ~30 min)
 
@@ -9,7 +9,8 @@ Arms (conf/experiment/study_*.yaml), same draft, steps, seed and token budget:
   (vi) the best of (ii)-(v) by teacher-forced val/expected_accept, on the target's own answers,
   (vi-ce) cross-entropy on the same answers (no target logits): separates the data from the objective,
   (vii) (vi) + on-policy data on half of the steps,
-  (viii) (vi) + LoRA fine-tuning on the target's answers to medical prompts.
+  (viii) (vi) + LoRA fine-tuning on the target's answers to medical prompts,
+  (ix) (vi) fully fine-tuned on medical answers mixed 3:1 with general ones (conf/experiment/medical_finetune.yaml).
 Acceptance: eval/acceptance.py (alpha_tf: expected acceptance at every position of the target's own continuations
 of the held-out prompts, greedy and T=1), optionally real speculative decoding too. Resumable: a finished arm
 (summary.json present) is skipped. Writes <out>/study.json and <out>/study.md.
@@ -95,6 +96,9 @@ def main() -> None:
     summaries["medical_lora"] = train_arm("medical_lora", [
         "+experiment=study_medical_lora", f"loss={best}", f"model.draft.name_or_path={summaries['generated']['export']}"],
         runs)
+    summaries["medical_finetune"] = train_arm("medical_finetune", [
+        "+experiment=medical_finetune", f"loss={best}", f"model.draft.name_or_path={summaries['generated']['export']}"],
+        runs)
     exports = {arm: str(Path(s["export"]).resolve()) for arm, s in summaries.items()}
     study = {"best_divergence": best, "train_seconds": {a: s["seconds"] for a, s in summaries.items()},
              "columns": [f"{d} T={t}" for t in (0, 1) for d in ("general", "medical", "code")], "arms": {}}
@@ -111,7 +115,8 @@ def main() -> None:
              f"n_prompts={args.n_prompts}", f"max_new_tokens={args.max_new_tokens}", f"out={out / 'eval'}"])
         alphas = alpha_table(json.loads((out / "eval" / "results.json").read_text())["records"], exports)
     data = {"generated": "target answers (general)", "generated_ce": "target answers (general)", "onpolicy": "target answers (general) + on-policy 50%",
-            "medical_lora": "target answers (medical), LoRA"}
+            "medical_lora": "target answers (medical), LoRA",
+            "medical_finetune": "target answers, medical 3 : general 1, full fine-tune"}
     for arm, s in summaries.items():
         cfg = s.get("config", {})
         loss = "cross_entropy" if arm in ("ce", "generated_ce") else (best if arm in data else arm)

@@ -50,3 +50,11 @@ def test_cli_interface_keys_exist():
     assert cfg.trainer.max_steps == 20
     assert cfg.export.dir == "/tmp/x/export"
     assert Path(cfg.paths.cache_dir).is_absolute()
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_every_experiment_composes(name):
+    cfg = compose_distill([f"+experiment={name}"])
+    OmegaConf.to_container(cfg, resolve=True)
+    if name == "medical_finetune":  # medical answers with general ones replayed, 3:1
+        assert [s.weight for s in cfg.data.sources] == [3, 1] and cfg.data.sources[0].path.endswith("medical.jsonl")

@@ -59,6 +59,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     assert 0 <= summary["after"]["val/alpha"] <= 1 and 1 <= summary["after"]["val/tau"] <= 5
     card = (run / "export" / "README.md").read_text()
     assert card.startswith("# export: a speculative-decoding draft for")
+    assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
     assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
 
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
