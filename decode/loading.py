@@ -117,3 +117,22 @@ def check_same_vocab(target_tok, draft_tok, target_model=None, draft_model=None,
             + ". Fix: pick a draft from the target's family (same tokenizer), or build one from the target "
             "with model/draft=truncated or model/draft=fresh, which copy its vocabulary."
         )
+
+
+def load_drafts(paths, tokenizer, target, target_name: str, *, dtype: str = "float32",
+                cache_dir: str | Path | None = None, device: str | None = None) -> dict:
+    """{path: frozen draft} for exported draft folders (or Hub ids), each checked against the target's
+    vocabulary as soon as it loads, before any decoding."""
+    drafts = {}
+    for path in paths:
+        draft = load_frozen(str(path), dtype=dtype, cache_dir=cache_dir, device=device)
+        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cache_dir), target, draft,
+                         str(target_name), str(path))
+        drafts[str(path)] = draft
+    return drafts
+
+
+def eos_token_ids(tokenizer, model) -> set[int]:
+    """The tokenizer's end-of-sequence id plus those of the model's generation config."""
+    configured = model.generation_config.eos_token_id
+    return {tokenizer.eos_token_id} | set([configured] if isinstance(configured, int) else configured or [])

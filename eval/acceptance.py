@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from data.prompts import encode_prompt, load_prompts
-from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
 from decode.metrics import by_entropy
 from decode.sampling import acceptance_probability, logits_to_probs
 
@@ -56,7 +56,7 @@ def ratio_and_stderr(sums: list[float], counts: list[int]) -> tuple[float, float
     return alpha, math.sqrt(var) / mean_len
 
 
-def cut_at_eos(tokens: list[int], eos: set[int], pad: int | None) -> list[int]:
+def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
     """A generated row up to and including its first end-of-sequence token (batched rows are padded after it)."""
     for i, t in enumerate(tokens):
         if t in eos:
@@ -80,7 +80,7 @@ def continuations(target, tokenizer, prompts: list[list[int]], temperature: floa
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=target.device)
         rows = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cfg.max_new_tokens,
                                pad_token_id=pad, **sampling)
-        out += [cut_at_eos(row[width:].tolist(), eos, pad) for row in rows]
+        out += [cut_at_eos(row[width:].tolist(), eos) for row in rows]
     return out
 
 
@@ -115,15 +115,9 @@ def score(target, drafts: dict, sequences: list[tuple[list[int], list[int]]], te
 def load_models(cfg: DictConfig):
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
-    drafts = {}
-    for path in cfg.drafts:
-        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
-        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
-                         str(cfg.target), str(path))
-        drafts[str(path)] = draft
-    eos_cfg = target.generation_config.eos_token_id
-    eos = {tokenizer.eos_token_id} | set([eos_cfg] if isinstance(eos_cfg, int) else eos_cfg or [])
-    return tokenizer, target, drafts, eos
+    drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
+                         cache_dir=cfg.cache_dir, device=cfg.device)
+    return tokenizer, target, drafts, eos_token_ids(tokenizer, target)
 
 
 def check_config(cfg: DictConfig) -> None:

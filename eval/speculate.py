@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from decode.costs import measure_costs
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
-from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
 from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept, theoretical_speedup
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from data.prompts import encode_prompt, load_prompts
@@ -73,18 +73,6 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
             "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
 
 
-def load_drafts(cfg: DictConfig, tokenizer, target) -> dict:
-    """Every draft, checked against the target's vocabulary before any decoding."""
-    drafts = {}
-    for path in cfg.drafts:
-        draft = load_frozen(str(path), dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir,
-                            device=cfg.device)
-        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cfg.cache_dir), target, draft,
-                         str(cfg.target), str(path))
-        drafts[str(path)] = draft
-    return drafts
-
-
 def check_eval_config(cfg: DictConfig) -> None:
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
@@ -105,10 +93,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
-    eos = {tokenizer.eos_token_id} | set(
-        [target.generation_config.eos_token_id] if isinstance(target.generation_config.eos_token_id, int)
-        else target.generation_config.eos_token_id or [])
-    drafts = load_drafts(cfg, tokenizer, target)
+    eos = eos_token_ids(tokenizer, target)
+    drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
+                         cache_dir=cfg.cache_dir, device=cfg.device)
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     max_gamma = max([g for g in gammas if g != "auto"] + [cfg.max_auto_gamma])
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),

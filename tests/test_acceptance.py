@@ -47,8 +47,8 @@ def test_bad_settings_fail_before_work(tmp_path, tiny_target_dir):
 
 
 def test_helpers_on_hand_made_inputs():
-    assert cut_at_eos([5, 6, 2, 0, 0], {2}, 0) == [5, 6, 2]
-    assert cut_at_eos([5, 6, 7], {2}, 0) == [5, 6, 7]
+    assert cut_at_eos([5, 6, 2, 0, 0], {2}) == [5, 6, 2]
+    assert cut_at_eos([5, 6, 7], {2}) == [5, 6, 7]
     alpha, se = ratio_and_stderr([3.0, 1.0], [4, 4])
     assert alpha == 0.5 and se == pytest.approx(0.25)  # per-sequence rates 0.75 and 0.25
     t = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0]])
