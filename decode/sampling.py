@@ -81,7 +81,6 @@ def greedy_accept(drafted: list[int], target_argmax: list[int]) -> tuple[int, in
     return n, target_argmax[n]
 
 
-
 def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
     """(..., V) p and q -> (...) probability that `accept_reject` accepts a token drafted from q:
     sum_v min(p_v, q_v) = 1 - TV(p, q) (Leviathan et al.'s beta; alpha is its mean over the target's prefixes).

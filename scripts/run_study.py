@@ -114,8 +114,8 @@ def main() -> None:
         run([PYTHON, "eval/speculate.py", drafts, "domains=[general,medical,code]", "gamma=[4]", "temperature=[0,1]",
              f"n_prompts={args.n_prompts}", f"max_new_tokens={args.max_new_tokens}", f"out={out / 'eval'}"])
         alphas = alpha_table(json.loads((out / "eval" / "results.json").read_text())["records"], exports)
-    data = {"generated": "target answers (general)", "generated_ce": "target answers (general)", "onpolicy": "target answers (general) + on-policy 50%",
-            "medical_lora": "target answers (medical), LoRA",
+    data = {"generated": "target answers (general)", "generated_ce": "target answers (general)",
+            "onpolicy": "target answers (general) + on-policy 50%", "medical_lora": "target answers (medical), LoRA",
             "medical_finetune": "target answers, medical 3 : general 1, full fine-tune"}
     for arm, s in summaries.items():
         cfg = s.get("config", {})

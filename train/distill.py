@@ -109,11 +109,10 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
     gen = cfg.data.get("generate")
     if not gen or not gen.enabled:
         return
-    from data.generated import domain_prompts, done_prompts
-    from train.teacher_data import generate_store
+    from train.teacher_data import generate_store, missing_prompts
 
     store = Path(cfg.data.store)
-    missing = set(domain_prompts(cfg.data.prompts_from, gen.n_prompts, gen.seed)) - done_prompts(store)
+    missing = missing_prompts(cfg.data.prompts_from, gen.n_prompts, gen.seed, store)
     if not missing:
         return
     if os.environ.get("RANK", "0") != "0" or os.environ.get("LOCAL_RANK", "0") != "0":

@@ -30,6 +30,12 @@ def answer_batch(target, tokenizer, prompts: list[str], cfg: DictConfig) -> list
     return [tokenizer.decode(row[batch["input_ids"].shape[1]:], skip_special_tokens=True).strip() for row in out]
 
 
+def missing_prompts(prompts_from: str, n_prompts: int, seed: int, store: Path) -> list[str]:
+    """The domain's first n_prompts prompts that the store does not answer yet."""
+    done = done_prompts(store)
+    return [p for p in domain_prompts(prompts_from, n_prompts, seed) if p not in done]
+
+
 def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
     """Answer the domain's prompts not yet in the store; returns the store's path. Pass an already loaded
     target and tokenizer to reuse them (train/distill.py does), or they are loaded from cfg.target."""
@@ -39,10 +45,8 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
         raise ValueError("batch_size, n_prompts, max_new_tokens must be >= 1 and temperature >= 0.")
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
-    prompts = domain_prompts(cfg.prompts_from, cfg.n_prompts, cfg.seed)
-    done = done_prompts(out)
-    todo = [p for p in prompts if p not in done]
-    print(f"{cfg.prompts_from}: {len(prompts)} prompts, {len(prompts) - len(todo)} already answered in {out}")
+    todo = missing_prompts(cfg.prompts_from, cfg.n_prompts, cfg.seed, out)
+    print(f"{cfg.prompts_from}: {len(todo)} of the first {cfg.n_prompts} prompts still to answer in {out}")
     if not todo:
         return out
     tokenizer = tokenizer or load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
