@@ -32,6 +32,7 @@ from data.prompts import encode_prompt, load_prompts
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
 from decode.metrics import by_entropy
 from decode.sampling import acceptance_probability, logits_to_probs
+from decode.runtime import setup_cpu
 
 log = logging.getLogger("draftsmith.acceptance")
 
@@ -54,6 +55,12 @@ def ratio_and_stderr(sums: list[float], counts: list[int]) -> tuple[float, float
     mean_len = n / m
     var = sum((s - alpha * c) ** 2 for s, c in zip(sums, counts)) / (m * (m - 1))
     return alpha, math.sqrt(var) / mean_len
+
+
+def paired_difference(sums_a: list[float], sums_b: list[float], counts: list[int]) -> tuple[float, float]:
+    """alpha_a - alpha_b for two drafts scored on the same sequences, and its standard error. Pairing removes
+    the sequences' shared difficulty, so it is tighter than the two drafts' own errors combined."""
+    return ratio_and_stderr([a - b for a, b in zip(sums_a, sums_b)], counts)
 
 
 def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
@@ -166,8 +173,7 @@ def plot(records: list[dict], out: Path) -> Path:
 
 def evaluate(cfg: DictConfig) -> list[dict]:
     check_config(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     started = time.time()
     tokenizer, target, drafts, eos = load_models(cfg)
     records = []
@@ -189,7 +195,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                     records.append({"draft": name, "domain": domain, "temperature": temperature,
                                     "n_prompts": len(prompts), "n_sequences": len(a["counts"]),
                                     "positions": sum(a["counts"]), "alpha_tf": alpha, "alpha_tf_stderr": stderr,
-                                    "accept_by_entropy": by_entropy(a["entropies"], a["betas"])})
+                                    "accept_by_entropy": by_entropy(a["entropies"], a["betas"]),
+                                    # per sequence, in the same order for every draft: paired comparisons
+                                    "beta_sums": a["sums"], "lengths": a["counts"]})
                     log.info("%s %s T=%g: alpha_tf %.3f ± %.3f over %d positions", name, domain, temperature,
                              alpha, stderr, sum(a["counts"]))
     conditions = {"method": "teacher-forced beta = sum min(p, q) at every position of the target's continuations",

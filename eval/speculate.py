@@ -26,6 +26,7 @@ from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
 from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept, theoretical_speedup
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
+from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 from eval.report import markdown_table, write_report
 
@@ -88,8 +89,7 @@ def check_eval_config(cfg: DictConfig) -> None:
 
 def evaluate(cfg: DictConfig) -> list[dict]:
     check_eval_config(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from decode.speculative import DraftModelProposer, NoProposer, generate
+from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 
 
@@ -66,8 +67,7 @@ def measure(methods: dict, prompts, max_new, eos, repeats) -> dict:
 
 @hydra.main(config_path="../conf", config_name="bench_decoder", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     if cfg.gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
 from decode.loading import load_frozen, load_tokenizer
+from decode.runtime import setup_cpu
 from train.distill import data_module_kwargs
 from train.teacher_cache import build_cache, default_cache_path
 
@@ -25,8 +25,7 @@ def cache_teacher(cfg: DictConfig):
     """Build (or finish) the cache for cfg's target and data; returns its folder."""
     if cfg.top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {cfg.top_k}.")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     t = cfg.model.target
     tokenizer = load_tokenizer(t.name_or_path, cache_dir=cfg.paths.cache_dir)
     data = OmegaConf.to_container(cfg.data, resolve=True)

@@ -10,7 +10,8 @@ from hydra import compose, initialize_config_dir
 from conftest import CONF, make_model
 from decode.metrics import acceptance
 from decode.speculative import DraftModelProposer, SamplingParams, generate_all
-from eval.acceptance import continuations, cut_at_eos, evaluate, position_betas, ratio_and_stderr, score
+from eval.acceptance import (continuations, cut_at_eos, evaluate, paired_difference, position_betas, ratio_and_stderr,
+                             score)
 
 
 def acc_cfg(tmp_path, target, drafts, *extra):
@@ -29,6 +30,7 @@ def test_end_to_end_files_and_self_draft(tmp_path, tiny_target_dir, tokenizer):
     for r in records:
         assert r["n_sequences"] == (3 if r["temperature"] == 0 else 6) and r["positions"] > 0
         assert sum(b["n"] for b in r["accept_by_entropy"]) == r["positions"]
+        assert sum(r["lengths"]) == r["positions"] and len(r["beta_sums"]) == r["n_sequences"]
         if r["draft"] == str(tiny_target_dir):  # draft == target accepts everything
             assert r["alpha_tf"] == pytest.approx(1.0, abs=1e-5)
         else:
@@ -51,6 +53,8 @@ def test_helpers_on_hand_made_inputs():
     assert cut_at_eos([5, 6, 7], {2}) == [5, 6, 7]
     alpha, se = ratio_and_stderr([3.0, 1.0], [4, 4])
     assert alpha == 0.5 and se == pytest.approx(0.25)  # per-sequence rates 0.75 and 0.25
+    diff, se = paired_difference([3.0, 2.0], [2.0, 1.0], [4, 4])  # one draft ahead by 1/4 on both sequences
+    assert diff == pytest.approx(0.25) and se == pytest.approx(0.0)
     t = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0]])
     d = torch.tensor([[2.0, 0.0, 0.0], [5.0, 0.0, 1.0]])
     assert position_betas(t, d, 0.0).tolist() == [1.0, 0.0]

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.datamodule import DistillDataModule
 from data.prompts import BUILTIN, encode_prompt, load_prompts
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.runtime import setup_cpu
 from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
@@ -190,8 +191,7 @@ def metrics_table(before: dict, after: dict) -> str:
 
 def train(cfg: DictConfig) -> dict:
     check_config(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir).resolve()
     resume, run_dir = find_resume(cfg.ckpt_path, output_dir, output_dir.parent)

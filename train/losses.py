@@ -3,7 +3,7 @@
 Conventions: p is the target (teacher) distribution, q the draft (student). Per-token functions take
 logits of shape (N, V) and return shape (N,). Everything is computed in fp32. `chunked_distill` applies
 the output heads chunk by chunk over the masked tokens so a 150k vocabulary never materialises a
-(batch, seq, vocab) tensor, and recomputes each chunk's draft logits in the backward pass.
+(batch, seq, vocab) tensor; train/head_loss.py forms each chunk's gradient in the forward pass and keeps no logits.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+
+from train.head_loss import head_loss
 
 
 def _log_probs(student_logits, teacher_logits, temperature):
@@ -27,11 +28,38 @@ def _kl(log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
     return torch.where(log_a.isfinite(), log_a.exp() * (log_a - log_b), 0.0).sum(-1)
 
 
+class _ForwardKL(torch.autograd.Function):
+    """KL(p_T || q_T) * T^2 with its gradient T (q_T - p_T), formed in the forward pass (see _JSD)."""
+
+    @staticmethod
+    def forward(ctx, student_logits, teacher_logits, temperature: float):
+        tiny = torch.finfo(torch.float32).min  # clamp -inf log-probs so that 0 * log 0 counts as 0
+        log_q = F.log_softmax(_scaled(student_logits, temperature), dim=-1).clamp_min_(tiny)
+        log_p = F.log_softmax(_scaled(teacher_logits, temperature), dim=-1).clamp_min_(tiny)
+        p = log_p.exp()
+        diff = torch.sub(log_p, log_q)
+        loss = torch.linalg.vecdot(p, diff) * temperature**2
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(torch.exp(log_q, out=diff).sub_(p).mul_(temperature))
+            ctx.student_dtype = student_logits.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (grad,) = ctx.saved_tensors
+        return (grad_out.unsqueeze(-1) * grad).to(ctx.student_dtype), None, None
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    logits = logits.float()
+    return logits if temperature == 1 else logits / temperature
+
+
 def forward_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """KL(p_T || q_T) per token, times T^2 so gradients keep their scale across temperatures (Hinton).
-    Mass-covering: the draft is punished wherever the target puts mass it misses."""
-    log_q, log_p = _log_probs(student_logits, teacher_logits, temperature)
-    return _kl(log_p, log_q) * temperature**2
+    Mass-covering: the draft is punished wherever the target puts mass it misses. Gradients flow to the draft's
+    logits only (a hand-written gradient, tested against autograd on the definition)."""
+    return _ForwardKL.apply(student_logits, teacher_logits.detach(), float(temperature))
 
 
 def reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -149,11 +177,12 @@ def _mean_over_tokens(total: torch.Tensor, sums: dict, n: int, metrics: bool) ->
     return out
 
 
-def _chunk_loss(loss_fn, temperature, ce_weight, student_head, hidden, teacher_logits, next_ids):
-    logits = student_head(hidden).float()
+def _mixed(distill: torch.Tensor | None, logits: torch.Tensor, next_ids: torch.Tensor | None,
+           ce_weight: float) -> torch.Tensor:
+    """(1 - ce_weight) * sum of the per-token divergence + ce_weight * summed cross-entropy on the data."""
     total = logits.new_zeros(())
     if ce_weight < 1:
-        total = total + (1 - ce_weight) * loss_fn(logits, teacher_logits, temperature).sum()
+        total = total + (1 - ce_weight) * distill.sum()
     if ce_weight > 0:
         total = total + ce_weight * F.cross_entropy(logits, next_ids, reduction="sum")
     return total
@@ -181,42 +210,24 @@ def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor |
     sh = student_hidden[keep]
     th = teacher_hidden[keep] if need_teacher else None
     nxt = next_tokens[keep] if next_tokens is not None else None
-    n = sh.shape[0]
-    total = student_hidden.new_zeros((), dtype=torch.float32)
     sums = {"kl": 0.0, "top1_agree": 0.0, "expected_accept": 0.0}
-    for start in range(0, n, chunk_size):
-        part = slice(start, start + chunk_size)
-        s_chunk = sh[part]
-        n_chunk = nxt[part] if nxt is not None else None
+
+    def chunk(logits, part, record):
         t_logits = None
         if need_teacher:
             with torch.no_grad():
                 t_logits = teacher_head(th[part]).float()
-        if torch.is_grad_enabled() and s_chunk.requires_grad:
-            # recompute this chunk's draft logits in backward instead of keeping (chunk x vocab) floats alive
-            total = total + checkpoint(_chunk_loss, loss_fn, temperature, ce_weight, student_head, s_chunk, t_logits,
-                                       n_chunk, use_reentrant=False)
-        else:
-            total = total + _chunk_loss(loss_fn, temperature, ce_weight, student_head, s_chunk, t_logits, n_chunk)
-        if metrics:
+        if metrics and record:
             with torch.no_grad():
-                s_logits = student_head(s_chunk).float()
+                s_logits = logits.detach()
                 sums["kl"] += forward_kl(s_logits, t_logits).sum().item()
                 sums["top1_agree"] += top1_agree(s_logits, t_logits).sum().item()
                 sums["expected_accept"] += expected_accept(s_logits, t_logits).sum().item()
-    return _mean_over_tokens(total, sums, n, metrics)
+        distill = loss_fn(logits, t_logits, temperature) if ce_weight < 1 else None
+        return _mixed(distill, logits, nxt[part] if nxt is not None else None, ce_weight)
 
-
-def _sparse_chunk_loss(ce_weight, student_head, hidden, t_ids, t_logp, t_tail, next_ids):
-    from train.teacher_cache import sparse_forward_kl
-
-    logits = student_head(hidden).float()
-    total = logits.new_zeros(())
-    if ce_weight < 1:
-        total = total + (1 - ce_weight) * sparse_forward_kl(logits, t_ids, t_logp, t_tail).sum()
-    if ce_weight > 0:
-        total = total + ce_weight * F.cross_entropy(logits, next_ids, reduction="sum")
-    return total
+    total = head_loss(sh, student_head, chunk, chunk_size)
+    return _mean_over_tokens(total, sums, sh.shape[0], metrics)
 
 
 def chunked_sparse_distill(student_hidden: torch.Tensor, student_head: Callable, mask: torch.Tensor,
@@ -232,21 +243,18 @@ def chunked_sparse_distill(student_hidden: torch.Tensor, student_head: Callable,
     keep = mask.bool()
     sh, ids, logp, tail = student_hidden[keep], teacher_ids[keep], teacher_logp[keep], teacher_tail[keep]
     nxt = next_tokens[keep] if next_tokens is not None else None
-    n = sh.shape[0]
-    total = student_hidden.new_zeros((), dtype=torch.float32)
     sums = {"kl": 0.0, "top1_agree": 0.0, "expected_accept": 0.0}
-    for start in range(0, n, chunk_size):
-        part = slice(start, start + chunk_size)
-        args = (ce_weight, student_head, sh[part], ids[part], logp[part], tail[part],
-                nxt[part] if nxt is not None else None)
-        if torch.is_grad_enabled() and sh.requires_grad:
-            total = total + checkpoint(_sparse_chunk_loss, *args, use_reentrant=False)
-        else:
-            total = total + _sparse_chunk_loss(*args)
-        if metrics:
+
+    def chunk(logits, part, record):
+        teacher = ids[part], logp[part], tail[part]
+        if metrics and record:
             with torch.no_grad():
-                s_logits = student_head(sh[part]).float()
-                sums["kl"] += sparse_forward_kl(s_logits, ids[part], logp[part], tail[part]).sum().item()
-                for key, value in sparse_metrics(s_logits, ids[part], logp[part], tail[part]).items():
+                s_logits = logits.detach()
+                sums["kl"] += sparse_forward_kl(s_logits, *teacher).sum().item()
+                for key, value in sparse_metrics(s_logits, *teacher).items():
                     sums[key] += value.sum().item()
-    return _mean_over_tokens(total, sums, n, metrics)
+        distill = sparse_forward_kl(logits, *teacher) if ce_weight < 1 else None
+        return _mixed(distill, logits, nxt[part] if nxt is not None else None, ce_weight)
+
+    total = head_loss(sh, student_head, chunk, chunk_size)
+    return _mean_over_tokens(total, sums, sh.shape[0], metrics)

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from data.generated import append_records, domain_prompts, done_prompts
 from decode.loading import load_frozen, load_tokenizer
+from decode.runtime import setup_cpu
 
 log = logging.getLogger("draftsmith.generate")
 
@@ -39,8 +40,7 @@ def missing_prompts(prompts_from: str, n_prompts: int, seed: int, store: Path) -
 def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
     """Answer the domain's prompts not yet in the store; returns the store's path. Pass an already loaded
     target and tokenizer to reuse them (train/distill.py does), or they are loaded from cfg.target."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     if cfg.batch_size < 1 or cfg.n_prompts < 1 or cfg.max_new_tokens < 1 or cfg.temperature < 0:
         raise ValueError("batch_size, n_prompts, max_new_tokens must be >= 1 and temperature >= 0.")
     torch.manual_seed(cfg.seed)
