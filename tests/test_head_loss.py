@@ -66,6 +66,16 @@ def test_frozen_head_gets_no_gradient_and_no_grad_mode_just_computes():
     assert head.weight.grad is None and torch.allclose(got[1], ref[1], atol=1e-5)
     with torch.no_grad():
         assert torch.allclose(head_loss(hidden, head, fn, 3), ref[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_trainable_head_in_validation_modes_just_computes_the_loss(mode):
+    """Lightning validates under inference mode: a trainable head must not attempt any gradient work there."""
+    head, hidden, teacher, nxt = _setup(bias=True)
+    fn = lambda logits, part, record: _loss(logits, teacher[part], nxt[part])  # noqa: E731
+    with mode():
+        got = head_loss(hidden, head, fn, 4)
+    assert torch.allclose(got, _loss(head(hidden), teacher, nxt).detach(), atol=1e-4)
     with pytest.raises(ValueError, match="chunk_size"):
         head_loss(hidden, head, fn, 0)
 

@@ -37,9 +37,6 @@ class _FusedHeadLoss(torch.autograd.Function):
             part = slice(start, start + chunk_size)
             h = hidden[part]
             logits = F.linear(h, weight, bias).float()
-            if not (need_h or need_w or need_b):
-                total += chunk_fn(logits, part, True).detach().float()
-                continue
             with torch.enable_grad():
                 leaf = logits.requires_grad_()
                 loss = chunk_fn(leaf, part, True)
@@ -80,11 +77,22 @@ def _checkpointed(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk
     return total
 
 
+def _values_only(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk_size: int) -> torch.Tensor:
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk_size):
+        part = slice(start, start + chunk_size)
+        total = total + chunk_fn(head(hidden[part]).float(), part, True)
+    return total
+
+
 def head_loss(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk_size: int = 1024) -> torch.Tensor:
     """Sum over chunks of `chunk_fn(head(hidden[part]), part, record)` for hidden states (N, H), differentiable with
     respect to `hidden` and the head's parameters, holding at most one (chunk_size, V) block of logits."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    params = list(head.parameters()) if isinstance(head, torch.nn.Module) else []
+    if not (torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in params))):
+        return _values_only(hidden, head, chunk_fn, chunk_size)  # validation: no_grad or inference mode
     if type(head) is torch.nn.Linear:
         return _FusedHeadLoss.apply(hidden, head.weight, head.bias, chunk_fn, chunk_size)
     return _checkpointed(hidden, head, chunk_fn, chunk_size)
