@@ -33,9 +33,9 @@ class _ForwardKL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, student_logits, teacher_logits, temperature: float):
-        tiny = torch.finfo(torch.float32).min  # clamp -inf log-probs so that 0 * log 0 counts as 0
-        log_q = F.log_softmax(_scaled(student_logits, temperature), dim=-1).clamp_min_(tiny)
-        log_p = F.log_softmax(_scaled(teacher_logits, temperature), dim=-1).clamp_min_(tiny)
+        floor = torch.finfo(torch.float32).min  # clamp -inf log-probs so that 0 * log 0 counts as 0
+        log_q = F.log_softmax(_scaled(student_logits, temperature), dim=-1).clamp_min_(floor)
+        log_p = F.log_softmax(_scaled(teacher_logits, temperature), dim=-1).clamp_min_(floor)
         p = log_p.exp()
         diff = torch.sub(log_p, log_q)
         loss = torch.linalg.vecdot(p, diff) * temperature**2
