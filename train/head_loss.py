@@ -57,9 +57,19 @@ class _FusedHeadLoss(torch.autograd.Function):
         return (*(None if g is None else g * grad_out.to(g.dtype) for g in ctx.saved_tensors), None, None)
 
 
+def _plain(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk_size: int) -> torch.Tensor:
+    """Each chunk through the head and chunk_fn as is: values only under no_grad/inference mode, else a normal
+    autograd record (then each chunk's logits stay alive until backward)."""
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk_size):
+        part = slice(start, start + chunk_size)
+        total = total + chunk_fn(head(hidden[part]).float(), part, True)
+    return total
+
+
 def _checkpointed(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk_size: int) -> torch.Tensor:
-    """Any head: each chunk's logits are recomputed in the backward pass instead of kept. The recomputation calls
-    `chunk_fn` again with `record=False`, so metrics it gathers count each chunk once."""
+    """Any head, hidden states that need gradients: each chunk's logits are recomputed in the backward pass instead
+    of kept. The recomputation calls `chunk_fn` again with `record=False`, so its metrics count each chunk once."""
     seen: set[int] = set()
 
     def run(h, part):
@@ -70,18 +80,7 @@ def _checkpointed(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], chunk_size):
         part = slice(start, start + chunk_size)
-        if torch.is_grad_enabled() and hidden.requires_grad:
-            total = total + checkpoint(run, hidden[part], part, use_reentrant=False)
-        else:
-            total = total + chunk_fn(head(hidden[part]).float(), part, True)
-    return total
-
-
-def _values_only(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk_size: int) -> torch.Tensor:
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, hidden.shape[0], chunk_size):
-        part = slice(start, start + chunk_size)
-        total = total + chunk_fn(head(hidden[part]).float(), part, True)
+        total = total + checkpoint(run, hidden[part], part, use_reentrant=False)
     return total
 
 
@@ -92,7 +91,9 @@ def head_loss(hidden: torch.Tensor, head: Callable, chunk_fn: ChunkFn, chunk_siz
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
     params = list(head.parameters()) if isinstance(head, torch.nn.Module) else []
     if not (torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in params))):
-        return _values_only(hidden, head, chunk_fn, chunk_size)  # validation: no_grad or inference mode
+        return _plain(hidden, head, chunk_fn, chunk_size)  # validation: no_grad or inference mode
     if type(head) is torch.nn.Linear:
         return _FusedHeadLoss.apply(hidden, head.weight, head.bias, chunk_fn, chunk_size)
+    if not hidden.requires_grad:  # only the head's own parameters train: nothing upstream to save memory for
+        return _plain(hidden, head, chunk_fn, chunk_size)
     return _checkpointed(hidden, head, chunk_fn, chunk_size)
