@@ -7,6 +7,7 @@ The model call lives in scripts/generate_data.py; this module only builds prompt
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Iterator
 from data.corpora import icd10cm, medical_hpo, python_code
 from data.prompts import BUILTIN
 
+log = logging.getLogger("draftsmith.generated")
 _FIRST_SENTENCE = re.compile(r"^(.{20,200}?[.!?])(\s|$)", re.S)
 
 
@@ -95,6 +97,35 @@ def done_prompts(path: Path) -> set[str]:
             except (json.JSONDecodeError, KeyError, IndexError):
                 continue
     return done
+
+
+def settings_file(store: Path) -> Path:
+    """The sidecar that records how a store's answers were generated: <store>.settings.json."""
+    return store.with_name(store.name + ".settings.json")
+
+
+def check_store_settings(store: Path, settings: dict, adding: bool) -> None:
+    """One store holds answers generated one way. If `settings` (temperature, top_p, max_new_tokens) differ from
+    those the store was written with: adding answers fails (greedy and sampled answers would mix unnoticed), and
+    reading a complete store warns that the settings do not apply to it. A store without a sidecar (new, or
+    written before sidecars existed) takes these settings when answers are added."""
+    path = settings_file(store)
+    if not path.is_file():
+        if adding:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(settings, indent=1) + "\n")
+        return
+    written = json.loads(path.read_text())
+    changed = {k: (written.get(k), v) for k, v in settings.items() if written.get(k) != v}
+    if not changed:
+        return
+    detail = ", ".join(f"{k}={old} (asked: {new})" for k, (old, new) in changed.items())
+    if not adding:
+        log.warning("%s was generated with %s: it answers every prompt asked, so it is used as it is.", store, detail)
+        return
+    raise ValueError(f"{store} holds answers generated with {detail}. Fix: point data.store (or out= for "
+                     f"scripts/generate_data.py) at another file, e.g. {store.with_name(store.stem + '-t1.jsonl')}, "
+                     "or delete the store to regenerate it.")
 
 
 def append_records(path: Path, pairs: list[tuple[str, str]]) -> None:

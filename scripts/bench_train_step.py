@@ -1,6 +1,7 @@
 """Benchmark one training step (forward + backward) of the default pair, for each loss path, side by side:
-the fused head + loss pass (train/head_loss.py) against checkpointed chunks, and glibc keeping freed memory
-(decode/runtime.py) against its default.
+the fused head + loss pass (train/head_loss.py) against checkpointed chunks, glibc keeping freed memory
+(decode/runtime.py) against its default, and the draft's arithmetic in bf16 (what trainer.precision=bf16-mixed
+does: autocast around the draft; the target stays in fp32, as in training).
 
     python scripts/bench_train_step.py --repeats 4
 
@@ -24,10 +25,13 @@ from pathlib import Path
 import torch
 
 KINDS = ("live_jsd", "live_forward_kl", "cached_sparse_kl")
-SETTINGS = (("fused", True), ("fused", False), ("checkpointed", True), ("checkpointed", False))
+# (LM head pass, glibc keeps freed memory, draft autocast dtype)
+SETTINGS = (("fused", True, "bf16"), ("fused", True, "fp32"), ("fused", False, "fp32"), ("checkpointed", True, "fp32"),
+            ("checkpointed", False, "fp32"))
 
 
-def time_steps(head_path: str, keep_memory: bool, repeats: int, batch: int, block: int, layers: int) -> dict:
+def time_steps(head_path: str, keep_memory: bool, precision: str, repeats: int, batch: int, block: int,
+               layers: int) -> dict:
     """Median seconds per training step for each kind, in this process."""
     from decode.loading import load_frozen
     from decode.runtime import setup_cpu
@@ -49,16 +53,22 @@ def time_steps(head_path: str, keep_memory: bool, repeats: int, batch: int, bloc
     mask[:, -1] = False
     cache = topk_of_target(target, ids, 64)
 
+    def draft_precision():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+
     def live(loss):
         with torch.no_grad():
             teacher = final_hidden(target, batch_)
-        return chunked_distill(final_hidden(draft, batch_), teacher, student_head, target.get_output_embeddings(),
-                               mask, loss)["loss"]
+        with draft_precision():  # chunked_distill runs the target's head outside autocast itself
+            return chunked_distill(final_hidden(draft, batch_), teacher, student_head,
+                                   target.get_output_embeddings(), mask, loss)["loss"]
 
-    steps = {"live_jsd": lambda: live(jsd), "live_forward_kl": lambda: live(forward_kl),
-             "cached_sparse_kl": lambda: chunked_sparse_distill(final_hidden(draft, batch_), student_head, mask,
-                                                                cache["teacher_ids"], cache["teacher_logp"],
-                                                                cache["teacher_tail"])["loss"]}
+    def cached():
+        with draft_precision():
+            return chunked_sparse_distill(final_hidden(draft, batch_), student_head, mask, cache["teacher_ids"],
+                                          cache["teacher_logp"], cache["teacher_tail"])["loss"]
+
+    steps = {"live_jsd": lambda: live(jsd), "live_forward_kl": lambda: live(forward_kl), "cached_sparse_kl": cached}
     result = {}
     for kind in KINDS:
         times = []
@@ -79,29 +89,32 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=256, help="tokens per block (the default data.block_size)")
     ap.add_argument("--layers", type=int, default=4, help="draft layers (the default truncated draft keeps 4)")
     ap.add_argument("--out", default="bench/train-step")
-    ap.add_argument("--one", nargs=2, metavar=("HEAD", "KEEP"), help=argparse.SUPPRESS)  # child process mode
+    ap.add_argument("--one", nargs=3, metavar=("HEAD", "KEEP", "PRECISION"), help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args()
     sizes = (args.repeats, args.batch, args.block, args.layers)
     if args.one:
-        print(json.dumps(time_steps(args.one[0], args.one[1] == "1", *sizes)))
+        print(json.dumps(time_steps(args.one[0], args.one[1] == "1", args.one[2], *sizes)))
         return
     rows = []
-    for head_path, keep in SETTINGS:
-        cmd = [sys.executable, __file__, "--one", head_path, "1" if keep else "0", "--repeats", str(args.repeats),
-               "--batch", str(args.batch), "--block", str(args.block), "--layers", str(args.layers)]
-        print(f"timing head={head_path} keep_freed_memory={keep} ...", flush=True)
+    for head_path, keep, precision in SETTINGS:
+        cmd = [sys.executable, __file__, "--one", head_path, "1" if keep else "0", precision,
+               "--repeats", str(args.repeats), "--batch", str(args.batch), "--block", str(args.block), "--layers", str(args.layers)]
+        print(f"timing head={head_path} keep_freed_memory={keep} draft={precision} ...", flush=True)
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        rows.append({"head": head_path, "keep_freed_memory": keep, "seconds": json.loads(out)})
+        rows.append({"head": head_path, "keep_freed_memory": keep, "draft_precision": precision,
+                     "seconds": json.loads(out)})
     tokens = args.batch * args.block
-    lines = ["| head | keep_freed_memory | " + " | ".join(f"{k} (s/step)" for k in KINDS) + " |",
-             "|---|---|" + "---|" * len(KINDS)]
-    lines += [f"| {r['head']} | {r['keep_freed_memory']} | " + " | ".join(f"{r['seconds'][k]:.2f}" for k in KINDS)
-              + " |" for r in rows]
-    best, worst = rows[0]["seconds"], rows[-1]["seconds"]
+    lines = ["| head | keep_freed_memory | draft | " + " | ".join(f"{k} (s/step)" for k in KINDS) + " |",
+             "|---|---|---|" + "---|" * len(KINDS)]
+    lines += [f"| {r['head']} | {r['keep_freed_memory']} | {r['draft_precision']} | "
+              + " | ".join(f"{r['seconds'][k]:.2f}" for k in KINDS) + " |" for r in rows]
+    mixed, best, worst = rows[0]["seconds"], rows[1]["seconds"], rows[-1]["seconds"]
     lines.append("\n" + ", ".join(f"{k}: {worst[k] / best[k]:.2f}x faster, {tokens / best[k]:.0f} tokens/s"
-                                  for k in KINDS) + f" (fused + kept memory vs checkpointed + glibc default; "
+                                  for k in KINDS) + f" (fused + kept memory vs checkpointed + glibc default, fp32; "
                  f"{tokens} tokens per step)")
-    lines.append(f"cache vs live forward KL, fused + kept memory: {best['live_forward_kl'] / best['cached_sparse_kl']:.2f}x")
+    for name, row in (("fp32", best), ("bf16 draft", mixed)):
+        lines.append(f"cache vs live forward KL, fused + kept memory, {name}: "
+                     f"{row['live_forward_kl'] / row['cached_sparse_kl']:.2f}x")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {"batch": args.batch, "block": args.block, "draft_layers": args.layers, "repeats": args.repeats,

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import CONF
-from data.generated import TOPICS, append_records, domain_prompts, done_prompts
+from data.generated import TOPICS, append_records, domain_prompts, done_prompts, settings_file
 from data.prompts import BUILTIN
 from train.teacher_data import generate_store
 
@@ -59,7 +59,8 @@ def test_generation_resumes_and_trains(tmp_path, tiny_target_dir):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("distill", overrides=[
             "model/target=local", f"model.target.name_or_path={tiny_target_dir}", "model.draft.layers=[0]",
-            "data=generated", "data.block_size=16", "data.val_tokens=16", "trainer.max_steps=2", "progress_bar=none",
+            "data=generated", "data.generate.n_prompts=5", "data.generate.max_new_tokens=6",  # the store as written
+            "data.block_size=16", "data.val_tokens=16", "trainer.max_steps=2", "progress_bar=none",
             f"paths.output_dir={tmp_path / 'run'}", f"paths.cache_dir={tmp_path}", "spec_eval.enabled=false",
             "export.enabled=false"])
     assert cfg.data.sources[0].path == str(store) and cfg.data.name == "generated-general"
@@ -97,3 +98,16 @@ def test_other_ranks_never_generate(tmp_path, tiny_target_dir, monkeypatch):
     with pytest.raises(FileNotFoundError):  # generation switched off and no store: the loader names the file
         monkeypatch.delenv("LOCAL_RANK")
         train(generated_run_cfg(tmp_path, tiny_target_dir, "data.generate.enabled=false"))
+
+
+def test_a_store_never_mixes_greedy_and_sampled_answers(tmp_path, tiny_target_dir, caplog):
+    store = generate_store(gen_cfg(tmp_path, tiny_target_dir, "n_prompts=2"))
+    assert json.loads(settings_file(store).read_text()) == {"temperature": 0.0, "top_p": None, "max_new_tokens": 6}
+    with pytest.raises(ValueError, match=r"temperature=0.0 \(asked: 1.0\).*general-t1.jsonl"):
+        generate_store(gen_cfg(tmp_path, tiny_target_dir, "n_prompts=4", "temperature=1.0"))
+    assert len(done_prompts(store)) == 2  # nothing was added
+    generate_store(gen_cfg(tmp_path, tiny_target_dir, "n_prompts=2", "temperature=1.0"))  # complete: only a warning
+    assert "temperature=0.0 (asked: 1.0)" in caplog.text
+    sampled = generate_store(gen_cfg(tmp_path, tiny_target_dir, "n_prompts=2", "temperature=1.0",
+                                     f"out={tmp_path / 'general-t1.jsonl'}"))
+    assert json.loads(settings_file(sampled).read_text())["temperature"] == 1.0 and len(done_prompts(sampled)) == 2

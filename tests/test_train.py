@@ -268,3 +268,30 @@ def test_after_metrics_reuse_the_final_fit_validation(tmp_path, tiny_target_dir,
     calls.clear()
     train(tiny_cfg(tmp_path / "b", tiny_target_dir, text_file, "trainer.max_steps=3", "spec_eval.every_n_validations=2"))
     assert len(calls) == 2  # the last fit validation (step 2) is not the final weights: validate again
+
+
+def test_bf16_mixed_makes_only_the_draft_bfloat16_and_the_teacher_keeps_its_dtype(tokenizer):
+    V = len(tokenizer)
+    target, draft = make_model(V, layers=2), make_model(V, layers=1, seed=5)
+    module = DistillModule(target, draft)
+    seen = {"target": set(), "draft": set()}
+    for name, model in (("target", target), ("draft", draft)):
+        for layer in (model.model.layers[0].mlp.down_proj, model.get_output_embeddings()):
+            layer.register_forward_hook(lambda m, i, out, name=name: seen[name].add(out.dtype))
+    ids = torch.randint(0, V, (2, 12))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    full = module._distill(batch, metrics=True)
+    seen = {"target": set(), "draft": set()}
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what trainer.precision=bf16-mixed does on a CPU
+        mixed = module._distill(batch, metrics=True)
+    assert seen == {"target": {torch.float32}, "draft": {torch.bfloat16}}
+    mixed["loss"].backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in draft.parameters())  # fp32 master weights
+    assert mixed["loss"].dtype == torch.float32
+    assert mixed["loss"].item() == pytest.approx(full["loss"].item(), rel=0.05)
+
+
+def test_bf16_mixed_trains_end_to_end(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "trainer.precision=bf16-mixed",
+                             "trainer.max_steps=2", "spec_eval.enabled=false", "export.enabled=false"))
+    assert summary["steps"] == 2 and 0 <= summary["after"]["val/expected_accept"] <= 1

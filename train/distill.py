@@ -110,10 +110,12 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
     gen = cfg.data.get("generate")
     if not gen or not gen.enabled:
         return
-    from train.teacher_data import generate_store, missing_prompts
+    from data.generated import check_store_settings
+    from train.teacher_data import generate_store, missing_prompts, store_settings
 
     store = Path(cfg.data.store)
     missing = missing_prompts(cfg.data.prompts_from, gen.n_prompts, gen.seed, store)
+    check_store_settings(store, store_settings(gen), adding=bool(missing))  # greedy and sampled never share a store
     if not missing:
         return
     if os.environ.get("RANK", "0") != "0" or os.environ.get("LOCAL_RANK", "0") != "0":

@@ -155,6 +155,12 @@ def top1_agree(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> to
     return (student_logits.argmax(-1) == teacher_logits.argmax(-1)).float()
 
 
+def own_precision(tensor: torch.Tensor):
+    """A context that turns autocast off: the target runs in its loaded dtype (model.target.dtype) whatever
+    trainer.precision makes of the draft, so its logits are those a teacher-logit cache stores."""
+    return torch.autocast(tensor.device.type, enabled=False)
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp_min(1)
@@ -215,7 +221,7 @@ def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor |
     def chunk(logits, part, record):
         t_logits = None
         if need_teacher:
-            with torch.no_grad():
+            with torch.no_grad(), own_precision(th):
                 t_logits = teacher_head(th[part]).float()
         if metrics and record:
             with torch.no_grad():

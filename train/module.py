@@ -15,7 +15,7 @@ import torch
 
 from train.export import CHECKPOINT_KEY as _META
 from train.onpolicy import draft_continuations, is_onpolicy_step
-from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss
+from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, own_precision
 
 
 
@@ -73,7 +73,7 @@ class DistillModule(L.LightningModule):
                                           next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
         teacher = None
         if metrics or self.ce_weight < 1:  # the cross-entropy baseline trains without the target
-            with torch.no_grad():
+            with torch.no_grad(), own_precision(batch["input_ids"]):  # the teacher ignores bf16-mixed autocast
                 teacher = final_hidden(self.target, batch)
         student = final_hidden(self.draft, batch)
         return chunked_distill(student, teacher, self.draft.get_output_embeddings(),

@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from data.generated import append_records, domain_prompts, done_prompts
+from data.generated import append_records, check_store_settings, domain_prompts, done_prompts
 from decode.loading import load_frozen, load_tokenizer
 from decode.runtime import setup_cpu
 
@@ -31,6 +31,11 @@ def answer_batch(target, tokenizer, prompts: list[str], cfg: DictConfig) -> list
     return [tokenizer.decode(row[batch["input_ids"].shape[1]:], skip_special_tokens=True).strip() for row in out]
 
 
+def store_settings(cfg: DictConfig) -> dict:
+    """What makes two answers to one prompt differ in kind (recorded next to the store)."""
+    return {"temperature": float(cfg.temperature), "top_p": cfg.get("top_p"), "max_new_tokens": int(cfg.max_new_tokens)}
+
+
 def missing_prompts(prompts_from: str, n_prompts: int, seed: int, store: Path) -> list[str]:
     """The domain's first n_prompts prompts that the store does not answer yet."""
     done = done_prompts(store)
@@ -46,6 +51,7 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
     todo = missing_prompts(cfg.prompts_from, cfg.n_prompts, cfg.seed, out)
+    check_store_settings(out, store_settings(cfg), adding=bool(todo))
     print(f"{cfg.prompts_from}: {len(todo)} of the first {cfg.n_prompts} prompts still to answer in {out}")
     if not todo:
         return out
