@@ -1,6 +1,6 @@
 """The draft-training study: which objective and data raise acceptance.
 
-    python scripts/run_study.py                       # everything: data, 10 training runs, evaluation, tables
+    python scripts/run_study.py                       # everything: data, 12 training runs, evaluation, tables
     python scripts/run_study.py --skip-eval           # training runs only
     python scripts/run_study.py --real-decoding       # also eval/speculate.py (slow on a CPU: ~30 min)
 
@@ -8,6 +8,7 @@ Arms (conf/experiment/study_*.yaml), same draft, steps, seed and token budget:
   (i) cross-entropy baseline, (ii) forward KL, (iii) reverse KL, (iv) JSD, (v) TVD,
   (vi) the best of (ii)-(v) by teacher-forced val/expected_accept, on the target's own answers,
   (vi-ce) cross-entropy on the same answers (no target logits): separates the data from the objective,
+  (vi-t1) (vi) on answers sampled at T=1 instead of greedy ones, (vi-mix) on both, 1 : 1,
   (vii) (vi) + on-policy data on half of the steps,
   (viii) (vi) + LoRA fine-tuning on the target's answers to medical prompts,
   (ix) (vi) fully fine-tuned on medical answers mixed 3:1 with general ones (conf/experiment/medical_finetune.yaml).
@@ -91,6 +92,8 @@ def main() -> None:
     summaries["generated"] = train_arm("generated", ["+experiment=study_generated", f"loss={best}"], runs)
     summaries["generated_ce"] = train_arm("generated_ce", ["+experiment=study_generated", "loss=cross_entropy",
                                                            "task_name=study-generated-ce"], runs)
+    summaries["generated_t1"] = train_arm("generated_t1", ["+experiment=study_generated_t1", f"loss={best}"], runs)
+    summaries["generated_mix"] = train_arm("generated_mix", ["+experiment=study_generated_mix", f"loss={best}"], runs)
     summaries["onpolicy"] = train_arm("onpolicy", ["+experiment=study_onpolicy", f"loss={best}"], runs)
     generate("medical", args.n_generated)
     summaries["medical_lora"] = train_arm("medical_lora", [
@@ -115,6 +118,8 @@ def main() -> None:
              f"n_prompts={args.n_prompts}", f"max_new_tokens={args.max_new_tokens}", f"out={out / 'eval'}"])
         alphas = alpha_table(json.loads((out / "eval" / "results.json").read_text())["records"], exports)
     data = {"generated": "target answers (general)", "generated_ce": "target answers (general)",
+            "generated_t1": "target answers sampled at T=1 (general)",
+            "generated_mix": "target answers, greedy 1 : sampled 1 (general)",
             "onpolicy": "target answers (general) + on-policy 50%", "medical_lora": "target answers (medical), LoRA",
             "medical_finetune": "target answers, medical 3 : general 1, full fine-tune"}
     for arm, s in summaries.items():

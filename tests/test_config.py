@@ -58,3 +58,18 @@ def test_every_experiment_composes(name):
     OmegaConf.to_container(cfg, resolve=True)
     if name == "medical_finetune":  # medical answers with general ones replayed, 3:1
         assert [s.weight for s in cfg.data.sources] == [3, 1] and cfg.data.sources[0].path.endswith("medical.jsonl")
+
+
+def test_study_arms_pin_their_data_whatever_the_default():
+    """The study's arms must reproduce after the default data changes: each names its own."""
+    def store_names(cfg):
+        return [Path(s.path).name if s.kind == "files" else s.name for s in cfg.data.sources]
+
+    for arm in ("ce", "forward_kl", "reverse_kl", "jsd", "tvd"):
+        assert store_names(compose_distill([f"+experiment=study_{arm}"])) == ["python_docs"]
+    assert store_names(compose_distill(["+experiment=study_generated"])) == ["general.jsonl"]
+    assert store_names(compose_distill(["+experiment=study_onpolicy"])) == ["general.jsonl"]
+    assert store_names(compose_distill(["+experiment=study_generated_t1"])) == ["general-t1.jsonl"]
+    assert store_names(compose_distill(["+experiment=study_generated_mix"])) == ["general.jsonl", "general-t1.jsonl"]
+    assert store_names(compose_distill(["+experiment=study_medical_lora"])) == ["medical.jsonl"]
+    assert store_names(compose_distill([])) == ["general.jsonl", "general-t1.jsonl"]  # the default: vi-mix

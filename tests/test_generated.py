@@ -79,14 +79,24 @@ def generated_run_cfg(tmp_path, target_dir, *extra):
 
 
 def test_default_data_answers_missing_prompts_before_training(tmp_path, tiny_target_dir):
-    """The default data (the target's answers) needs no separate step: missing answers are generated first."""
+    """The default data (the target's answers, greedy and sampled) needs no separate step: missing answers are
+    generated first, each kind into its own store."""
     from train.distill import train
 
     cfg = generated_run_cfg(tmp_path, tiny_target_dir)
-    store = tmp_path / "generated" / "local" / "general.jsonl"
-    assert cfg.data.store == str(store) and not store.exists()
+    greedy = tmp_path / "generated" / "local" / "general.jsonl"
+    sampled = tmp_path / "generated" / "local" / "general-t1.jsonl"
+    assert (cfg.data.store, cfg.data.sampled_store) == (str(greedy), str(sampled)) and not greedy.exists()
     assert train(cfg)["steps"] == 2
-    assert done_prompts(store) == set(domain_prompts("general", 8))
+    assert done_prompts(greedy) == done_prompts(sampled) == set(domain_prompts("general", 8))
+    assert json.loads(settings_file(greedy).read_text())["temperature"] == 0.0
+    assert json.loads(settings_file(sampled).read_text())["temperature"] == 1.0
+    answers = {store: [json.loads(line)["messages"][1]["content"] for line in store.read_text().splitlines()]
+               for store in (greedy, sampled)}
+    assert answers[greedy] != answers[sampled]
+    summary = train(generated_run_cfg(tmp_path / "greedy", tiny_target_dir, "data=generated_greedy",
+                                      f"paths.cache_dir={tmp_path}"))
+    assert summary["steps"] == 2 and greedy.read_text().count("\n") == 8  # greedy only: nothing new was generated
 
 
 def test_other_ranks_never_generate(tmp_path, tiny_target_dir, monkeypatch):

@@ -105,29 +105,41 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer) -> str | N
     return str(found[-1].parent)
 
 
-def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
-    """data=generated: the target answers the prompts missing from the store before training starts."""
+def generated_stores(cfg: DictConfig) -> list[tuple[Path, float]]:
+    """data=generated: (store, temperature) for each answer store that the data's sources read."""
     gen = cfg.data.get("generate")
     if not gen or not gen.enabled:
-        return
+        return []
+    read = {str(Path(src.path)) for src in cfg.data.sources if src.get("kind") == "files"}
+    stores = [(cfg.data.store, gen.temperature), (cfg.data.get("sampled_store"), gen.get("sampled_temperature"))]
+    found = {Path(path): float(t) for path, t in reversed(stores) if path and str(Path(path)) in read}  # data.store wins
+    return list(reversed(found.items()))
+
+
+def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
+    """data=generated: the target answers the prompts missing from each store before training starts."""
     from data.generated import check_store_settings
     from train.teacher_data import generate_store, missing_prompts, store_settings
 
-    store = Path(cfg.data.store)
-    missing = missing_prompts(cfg.data.prompts_from, gen.n_prompts, gen.seed, store)
-    check_store_settings(store, store_settings(gen), adding=bool(missing))  # greedy and sampled never share a store
-    if not missing:
-        return
-    if os.environ.get("RANK", "0") != "0" or os.environ.get("LOCAL_RANK", "0") != "0":
-        raise RuntimeError(f"{len(missing)} prompts are not answered yet in {store}, and this is not rank 0 (all ranks "
-                           "start at once under torchrun/SLURM). Fix: run `python scripts/generate_data.py "
-                           f"prompts_from={cfg.data.prompts_from} n_prompts={gen.n_prompts}` once, then launch.")
-    log.info("data=generated: the target answers %d prompts first (resumable store %s)", len(missing), store)
-    generate_store(OmegaConf.create({
-        "target": cfg.model.target.name_or_path, "dtype": cfg.model.target.dtype, "cache_dir": cfg.paths.cache_dir,
-        "prompts_from": cfg.data.prompts_from, "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
-        "max_new_tokens": gen.max_new_tokens, "temperature": gen.temperature, "top_p": None, "seed": gen.seed,
-        "threads": None, "out": str(store)}), target=target, tokenizer=tokenizer)
+    gen = cfg.data.get("generate")
+    for store, temperature in generated_stores(cfg):
+        settings = OmegaConf.create({"target": cfg.model.target.name_or_path, "dtype": cfg.model.target.dtype,
+                                     "cache_dir": cfg.paths.cache_dir, "prompts_from": cfg.data.prompts_from,
+                                     "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
+                                     "max_new_tokens": gen.max_new_tokens, "temperature": temperature, "top_p": None,
+                                     "seed": gen.seed, "threads": None, "out": str(store)})
+        missing = missing_prompts(cfg.data.prompts_from, gen.n_prompts, gen.seed, store)
+        check_store_settings(store, store_settings(settings), adding=bool(missing))  # greedy, sampled never mix
+        if not missing:
+            continue
+        if os.environ.get("RANK", "0") != "0" or os.environ.get("LOCAL_RANK", "0") != "0":
+            raise RuntimeError(f"{len(missing)} prompts are not answered yet in {store}, and this is not rank 0 (all "
+                               "ranks start at once under torchrun/SLURM). Fix: run `python scripts/generate_data.py "
+                               f"prompts_from={cfg.data.prompts_from} n_prompts={gen.n_prompts} "
+                               f"temperature={temperature} out={store}` once, then launch.")
+        log.info("data=generated: the target answers %d prompts first (T=%g, resumable store %s)", len(missing),
+                 temperature, store)
+        generate_store(settings, target=target, tokenizer=tokenizer)
 
 
 def data_module_kwargs(cfg: DictConfig, data_cfg: dict) -> dict:
