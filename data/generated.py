@@ -123,9 +123,10 @@ def check_store_settings(store: Path, settings: dict, adding: bool) -> None:
     if not adding:
         log.warning("%s was generated with %s: it answers every prompt asked, so it is used as it is.", store, detail)
         return
-    raise ValueError(f"{store} holds answers generated with {detail}. Fix: point data.store (or out= for "
-                     f"scripts/generate_data.py) at another file, e.g. {store.with_name(store.stem + '-t1.jsonl')}, "
-                     "or delete the store to regenerate it.")
+    suffix = f"-t{settings['temperature']:g}" if "temperature" in changed else "-2"
+    raise ValueError(f"{store} holds answers generated with {detail}. Fix: point data.store or data.sampled_store "
+                     f"(out= for scripts/generate_data.py) at another file, e.g. "
+                     f"{store.with_name(store.stem + suffix + '.jsonl')}, or delete the store to regenerate it.")
 
 
 def append_records(path: Path, pairs: list[tuple[str, str]]) -> None:
