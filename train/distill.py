@@ -110,10 +110,12 @@ def generated_stores(cfg: DictConfig) -> list[tuple[Path, float]]:
     gen = cfg.data.get("generate")
     if not gen or not gen.enabled:
         return []
-    read = {str(Path(src.path)) for src in cfg.data.sources if src.get("kind") == "files"}
-    stores = [(cfg.data.store, gen.temperature), (cfg.data.get("sampled_store"), gen.get("sampled_temperature"))]
-    found = {Path(path): float(t) for path, t in reversed(stores) if path and str(Path(path)) in read}  # data.store wins
-    return list(reversed(found.items()))
+    read = {Path(src.path) for src in cfg.data.sources if src.get("kind") == "files"}
+    found: dict[Path, float] = {}
+    for path, t in ((cfg.data.store, gen.temperature), (cfg.data.get("sampled_store"), gen.get("sampled_temperature"))):
+        if path and Path(path) in read:
+            found.setdefault(Path(path), float(t))  # one path named twice: data.store's settings
+    return list(found.items())
 
 
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
