@@ -11,10 +11,15 @@ import os
 from pathlib import Path
 
 
+def _layout(e: dict) -> str:
+    """The CPU matmul layout the decoder used (decode/fast_linear.py), where it was recorded."""
+    return f", cpu_matmul={e['cpu_matmul']}" if e.get("cpu_matmul") and "cuda" not in str(e.get("device")) else ""
+
+
 def _row(e: dict) -> str:
     return (f"| {e.get('domain', '?')} | {e.get('gamma')} | {e.get('temperature')} | {e['alpha']:.3f} | {e['tau']:.2f} | "
             f"{e['speedup']:.2f}x | {e.get('n_prompts')} prompts x {e.get('max_new_tokens')} new tokens, "
-            f"{e.get('threads')} threads, {e.get('device', 'cpu')}; {e.get('source', '')} |")
+            f"{e.get('threads')} threads, {e.get('device', 'cpu')}{_layout(e)}; {e.get('source', '')} |")
 
 
 def _how(training: dict) -> str:

@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from decode.costs import measure_costs
+from decode.fast_linear import fast_cpu_linears
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
@@ -74,6 +75,40 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
             "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
 
 
+def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, max_gamma: int, eos,
+                conditions: dict) -> list[dict]:
+    """Every (domain, temperature, draft, gamma): a target-only baseline, then the speculative pass; the cost
+    model is measured once per draft (into conditions["costs"])."""
+    records = []
+    for domain in cfg.domains:
+        prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
+        for name, draft in drafts.items():  # warm-up and cost model, once per draft
+            generate(target, DraftModelProposer(draft), prompts[0], 2, 8)
+            if name not in conditions["costs"]:
+                conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
+        for temperature in cfg.temperature:
+            params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
+            base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
+            log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
+            for name, draft in drafts.items():
+                costs = conditions["costs"][name]
+                for gamma in gammas:
+                    label = gamma
+                    if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
+                        pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
+                                             params, eos, cfg.seed)
+                        gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
+                                              costs["target_pass_s"][: cfg.max_auto_gamma + 1])
+                        label = f"auto:{gamma}"
+                    spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
+                    rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
+                    records.append(rec)
+                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", Path(name).name,
+                             domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
+                             rec["hardware_expected_speedup"])
+    return records
+
+
 def check_eval_config(cfg: DictConfig) -> None:
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
@@ -105,33 +140,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
                   "top_k": cfg.top_k, "top_p": cfg.top_p,
                   "costs": {}}
-    records = []
-    for domain in cfg.domains:
-        prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
-        for name, draft in drafts.items():  # warm-up and cost model, once per draft
-            generate(target, DraftModelProposer(draft), prompts[0], 2, 8)
-            if name not in conditions["costs"]:
-                conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
-        for temperature in cfg.temperature:
-            params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
-            base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
-            log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
-            for name, draft in drafts.items():
-                costs = conditions["costs"][name]
-                for gamma in gammas:
-                    label = gamma
-                    if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
-                        pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
-                                             params, eos, cfg.seed)
-                        gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
-                                              costs["target_pass_s"][: cfg.max_auto_gamma + 1])
-                        label = f"auto:{gamma}"
-                    spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
-                    rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
-                    records.append(rec)
-                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", Path(name).name,
-                             domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
-                             rec["hardware_expected_speedup"])
+    with fast_cpu_linears([target, *drafts.values()], max_gamma + 1, cfg.cpu_matmul) as plans:
+        conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
+        records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions)
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
     conditions["speculation_pays"] = best[1] > 1.0
@@ -144,7 +155,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
             if Path(name).is_dir():
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,
                           "threads": conditions["threads"], "device": conditions["device"],
-                          "source": "eval/speculate.py"} for r in records if r["draft"] == name]
+                          "cpu_matmul": cfg.cpu_matmul, "source": "eval/speculate.py"} for r in records if r["draft"] == name]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
     print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms, target k-token pass "

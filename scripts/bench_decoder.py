@@ -1,6 +1,10 @@
 """Side by side, in one process, same prompts and gamma, greedy: target-only decoding, Draftsmith's
 speculative decoder, and transformers' generate() alone and with assistant_model=draft.
 
+Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`); transformers runs
+stock, as a user gets it, and once more with our layout in place (`hf_assisted_our_matmul`), which separates
+what the layout buys from what the decoding loop buys.
+
     python scripts/bench_decoder.py draft=outputs/distill/<run>/export gamma=4 n_prompts=8 repeats=3
 
 Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups and whether outputs are identical to
@@ -19,6 +23,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from decode.fast_linear import fast_cpu_linears
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from decode.speculative import DraftModelProposer, NoProposer, generate
 from decode.runtime import setup_cpu
@@ -48,6 +53,14 @@ def hf(target, draft, gamma):
     return run
 
 
+def with_layout(run, models, max_rows: int, mode: str):
+    """`run` with decode/fast_linear.py's matmul layout in place for the models (timed plans are cached)."""
+    def wrapped(prompt, max_new, eos):
+        with fast_cpu_linears(models, max_rows, mode):
+            return run(prompt, max_new, eos)
+    return wrapped
+
+
 def measure(methods: dict, prompts, max_new, eos, repeats) -> dict:
     """Each method decodes every prompt `repeats` times, interleaved (method A, B, C, D, then again), so drift
     on a shared machine hits all methods alike. tokens/s is the median over passes."""
@@ -65,8 +78,8 @@ def measure(methods: dict, prompts, max_new, eos, repeats) -> dict:
     return results
 
 
-@hydra.main(config_path="../conf", config_name="bench_decoder", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def bench(cfg: DictConfig) -> dict:
+    """Run every method on the same prompts; print the table; save and return bench_decoder.json's content."""
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     if cfg.gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
@@ -76,32 +89,53 @@ def main(cfg: DictConfig) -> None:
     check_same_vocab(tokenizer, load_tokenizer(cfg.draft), target, draft, str(cfg.target), str(cfg.draft))
     eos = {tokenizer.eos_token_id}
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
-    methods = {"ours_target_only": ours(target, None, 0), "ours_speculative": ours(target, draft, cfg.gamma),
+    max_rows = cfg.gamma + 1  # a verification pass feeds the target gamma + 1 tokens
+    methods = {"ours_target_only": with_layout(ours(target, None, 0), [target], max_rows, cfg.cpu_matmul),
+               "ours_speculative": with_layout(ours(target, draft, cfg.gamma), [target, draft], max_rows,
+                                               cfg.cpu_matmul),
                "hf_target_only": hf(target, None, 0), "hf_assisted": hf(target, draft, cfg.gamma)}
+    with fast_cpu_linears([target, draft], max_rows, cfg.cpu_matmul) as plans:  # times the layouts once
+        layout = dict(zip(["target", "draft"], plans))
+    if any(p["rows_first"] for p in plans):
+        methods["hf_assisted_our_matmul"] = with_layout(hf(target, draft, cfg.gamma), [target, draft], max_rows,
+                                                        cfg.cpu_matmul)
     results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats)
     reference = results["ours_target_only"]["outputs"]
     base = results["ours_target_only"]["tok_s"]
     rows = []
-    print(f"{'method':<20}{'tok/s':>9}{'vs ours target-only':>22}{'identical to target greedy':>29}")
+    print(f"{'method':<24}{'tok/s':>9}{'vs ours target-only':>22}{'identical to target greedy':>29}")
     for name, r in results.items():
         identical = r["outputs"] == reference
         rows.append({"method": name, "tok_s": r["tok_s"], "tok_s_all": r["tok_s_all"], "speedup": r["tok_s"] / base,
                      "identical_to_target_greedy": identical,
                      "new_tokens": sum(map(len, r["outputs"]))})
-        print(f"{name:<20}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}")
+        print(f"{name:<24}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}")
     ratio = results["ours_speculative"]["tok_s"] / results["hf_assisted"]["tok_s"]
+    same = (results["ours_speculative"]["tok_s"] / results["hf_assisted_our_matmul"]["tok_s"]
+            if "hf_assisted_our_matmul" in results else None)
     where = target.device if target.device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}, {len(prompts)} {cfg.domain} prompts, "
           f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
+    if same is not None:
+        print(f"ours_speculative / hf_assisted_our_matmul = {same:.2f}x   (both with the rows-first layout for "
+              f"{layout['target']['rows_first']}-row inputs)")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {**OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "device": str(target.device),
-                  "gpu": torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None}
-    (out / "bench_decoder.json").write_text(json.dumps({"conditions": conditions, "rows": rows,
-                                                        "ours_vs_hf_assisted": ratio}, indent=1))
+                  "gpu": torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None,
+                  "cpu_matmul_plans": layout}
+    result = {"conditions": conditions, "rows": rows, "ours_vs_hf_assisted": ratio,
+              "ours_vs_hf_assisted_our_matmul": same}
+    (out / "bench_decoder.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out / 'bench_decoder.json'}")
+    return result
+
+
+@hydra.main(config_path="../conf", config_name="bench_decoder", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    bench(cfg)
 
 
 if __name__ == "__main__":

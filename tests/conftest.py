@@ -67,6 +67,15 @@ def tiny_target_dir(tmp_path_factory, tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tiny_draft_dir(tmp_path_factory, tokenizer):
+    """A tiny random one-layer draft for the tiny target, saved like an export."""
+    path = tmp_path_factory.mktemp("tiny-draft")
+    make_model(len(tokenizer), layers=1, seed=7, init=0.3).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def text_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "corpus.jsonl"
     import json

@@ -5,21 +5,13 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from conftest import CONF, make_model
+from conftest import CONF
 from data.prompts import encode_prompt, load_prompts
 from eval.speculate import evaluate
 
 SCHEMA = {"draft", "domain", "gamma", "temperature", "n_prompts", "new_tokens", "alpha", "tau",
           "accepted_per_proposed", "per_position_accept", "target_tok_s", "spec_tok_s", "speedup", "cost_ratio_c",
           "theoretical_speedup", "hardware_expected_speedup", "greedy_identical", "accept_by_entropy"}
-
-
-@pytest.fixture(scope="module")
-def tiny_draft_dir(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("tiny-draft")
-    make_model(len(tokenizer), layers=1, seed=7, init=0.3).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def eval_cfg(tmp_path, target, drafts, *extra):
@@ -34,7 +26,7 @@ def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir
     assert len(records) == 2 * 2 * 2  # domains x gammas x temperatures
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert saved["records"] == json.loads(json.dumps(records))
-    assert {"threads", "device", "torch", "transformers", "costs"} <= set(saved["conditions"])
+    assert {"threads", "device", "torch", "transformers", "costs", "cpu_matmul"} <= set(saved["conditions"])
     for r in records:
         assert SCHEMA <= set(r)
         assert len(r["per_position_accept"]) == r["gamma"]
@@ -60,6 +52,7 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     card = (folder / "README.md").read_text()
     assert "Not measured yet" not in card
     assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
+    assert card.count("cpu_matmul=auto") == len(records)  # the decoder's CPU matmul layout is a condition
 
 
 def test_wandb_offline_run_holds_the_table(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch):

@@ -12,6 +12,7 @@ import logging
 import lightning as L
 import torch
 
+from decode.fast_linear import fast_cpu_linears
 from decode.metrics import acceptance
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 
@@ -21,26 +22,29 @@ log = logging.getLogger(__name__)
 class SpeculativeEval(L.Callback):
     def __init__(self, prompts: list[list[int]], gamma: int = 4, max_new_tokens: int = 32,
                  every_n_validations: int = 1, temperature: float = 0.0, eos_token_ids: set[int] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, cpu_matmul: str = "auto"):
         if gamma < 1 or max_new_tokens < 1 or every_n_validations < 1 or not prompts:
             raise ValueError("spec_eval needs prompts, gamma >= 1, max_new_tokens >= 1 and every_n_validations >= 1.")
         self.prompts, self.gamma, self.max_new_tokens = prompts, gamma, max_new_tokens
         self.every, self.params, self.eos, self.seed = every_n_validations, SamplingParams(temperature), eos_token_ids, seed
+        self.cpu_matmul = cpu_matmul  # decode/fast_linear.py: the small-batch matmul layout on CPU
         self._fit_validations = 0
         self.last: dict = {}
         self.measured_at_step = -1  # global step of the last measurement
 
     def measure(self, target, draft) -> dict:
-        generate(target, DraftModelProposer(draft), self.prompts[0], self.gamma, 4)  # warm-up
         run = dict(max_new_tokens=self.max_new_tokens, params=self.params, eos_token_ids=self.eos, seed=self.seed)
-        base = generate_all(target, NoProposer(), self.prompts, 0, **run)
-        spec = generate_all(target, DraftModelProposer(draft), self.prompts, self.gamma, **run)
+        with fast_cpu_linears([target, draft], self.gamma + 1, self.cpu_matmul):
+            generate(target, DraftModelProposer(draft), self.prompts[0], self.gamma, 4)  # warm-up
+            base = generate_all(target, NoProposer(), self.prompts, 0, **run)
+            spec = generate_all(target, DraftModelProposer(draft), self.prompts, self.gamma, **run)
         stats = acceptance(spec["steps"])
         base_tok_s, spec_tok_s = base["new_tokens"] / base["seconds"], spec["new_tokens"] / spec["seconds"]
         return {"alpha": stats["alpha"], "tau": stats["tau"], "speedup": spec_tok_s / base_tok_s,
                 "target_tok_s": base_tok_s, "spec_tok_s": spec_tok_s, "gamma": self.gamma,
                 "n_prompts": len(self.prompts), "max_new_tokens": self.max_new_tokens,
-                "temperature": self.params.temperature, "threads": torch.get_num_threads()}
+                "temperature": self.params.temperature, "threads": torch.get_num_threads(),
+                "cpu_matmul": self.cpu_matmul}
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if trainer.sanity_checking:

@@ -1,0 +1,106 @@
+"""The small-batch CPU matmul layout (decode/fast_linear.py): same products, same decoding, restored on exit."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+from torch import nn
+
+from conftest import make_model
+from decode.fast_linear import RowsFirstLinear, fast_cpu_linears, plan_for, rows_first_linear
+from decode.speculative import DraftModelProposer, NoProposer, generate
+
+V = 300
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 40), st.integers(1, 40), st.booleans(),
+       st.integers(0, 10_000))
+def test_rows_first_linear_is_linear(lead, k, n, bias, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(*lead, k, generator=g), torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    out = rows_first_linear(x, w, b)
+    assert out.shape == (*lead, n) and out.is_contiguous()
+    torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_layers_swapped_inside_restored_outside_and_output_unchanged():
+    model = make_model(V, layers=2, hidden=32, seed=3, init=0.3)
+    ids = torch.tensor([[5, 9, 17]])
+    with torch.no_grad():
+        before = model(ids).logits
+    with fast_cpu_linears([model], max_rows=4, mode="rows_first") as plans:
+        assert plans[0]["rows_first"] == [1, 2, 3, 4]
+        layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        assert layers and all(type(m) is RowsFirstLinear for m in layers)
+        with torch.no_grad():
+            inside = model(ids).logits
+    assert all(type(m) is nn.Linear and not hasattr(m, "_rows_first") for m in model.modules()
+               if isinstance(m, nn.Linear))
+    torch.testing.assert_close(inside, before, rtol=1e-5, atol=1e-5)
+    assert set(model.state_dict()) == set(make_model(V, layers=2, hidden=32).state_dict())
+
+
+def test_gradients_take_torchs_path_inside_the_block():
+    layer = nn.Linear(8, 5)
+    x = torch.randn(2, 8)
+    with fast_cpu_linears([layer], max_rows=4, mode="rows_first"):
+        assert type(layer) is RowsFirstLinear
+        layer(x).sum().backward()
+    reference = nn.Linear(8, 5)
+    reference.load_state_dict(layer.state_dict())
+    reference(x).sum().backward()
+    torch.testing.assert_close(layer.weight.grad, reference.weight.grad)
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4])
+def test_greedy_speculative_output_unchanged_by_the_layout(gamma):
+    target = make_model(V, layers=3, hidden=32, seed=1, init=0.3)
+    draft = make_model(V, layers=1, hidden=32, seed=2, init=0.3)
+    prompt = [7, 11, 13, 40, 90]
+    reference = generate(target, NoProposer(), prompt, 0, 24).tokens
+    with fast_cpu_linears([target, draft], max_rows=gamma + 1, mode="rows_first"):
+        assert generate(target, NoProposer(), prompt, 0, 24).tokens == reference
+        assert generate(target, DraftModelProposer(draft), prompt, gamma, 24).tokens == reference
+
+
+def test_auto_times_both_layouts_and_picks_from_them():
+    model = make_model(V, layers=1, hidden=32, seed=4)
+    plan = plan_for(model, max_rows=3, mode="auto")
+    assert set(plan["rows_first"]) <= {1, 2, 3}
+    assert len(plan["torch_ms"]) == len(plan["rows_first_ms"]) == 3
+    assert all(rows in plan["rows_first"] for rows, (a, b) in enumerate(zip(plan["torch_ms"], plan["rows_first_ms"]), 1)
+               if b < 0.9 * a)  # a clear win is always taken
+    assert plan_for(model, max_rows=3, mode="torch")["rows_first"] == []
+
+
+def test_bad_mode_and_rows_fail_naming_the_fix():
+    model = make_model(V, layers=1, hidden=32)
+    with pytest.raises(ValueError, match="cpu_matmul must be one of"):
+        plan_for(model, 2, "fast")
+    with pytest.raises(ValueError, match="max_rows"):
+        plan_for(model, 0)
+
+
+def test_bench_decoder_runs_every_method_and_outputs_agree(tmp_path, tiny_target_dir, tiny_draft_dir):
+    import importlib.util
+
+    from hydra import compose, initialize_config_dir
+
+    from conftest import CONF, REPO
+
+    spec = importlib.util.spec_from_file_location("bench_decoder", REPO / "scripts" / "bench_decoder.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("bench_decoder", overrides=[f"target={tiny_target_dir}", f"draft={tiny_draft_dir}", "gamma=2",
+                                                  "n_prompts=2", "max_new_tokens=8", "repeats=1",
+                                                  "cpu_matmul=rows_first", f"out={tmp_path / 'bench'}"])
+    result = script.bench(cfg)
+    methods = {r["method"]: r for r in result["rows"]}
+    assert set(methods) == {"ours_target_only", "ours_speculative", "hf_target_only", "hf_assisted",
+                            "hf_assisted_our_matmul"}
+    assert all(r["identical_to_target_greedy"] and r["tok_s"] > 0 for r in methods.values())
+    assert result["conditions"]["cpu_matmul_plans"]["target"]["rows_first"] == [1, 2, 3]
+    assert (tmp_path / "bench" / "bench_decoder.json").is_file()
