@@ -73,3 +73,11 @@ def test_study_arms_pin_their_data_whatever_the_default():
     assert store_names(compose_distill(["+experiment=study_generated_mix"])) == ["general.jsonl", "general-t1.jsonl"]
     assert store_names(compose_distill(["+experiment=study_medical_lora"])) == ["medical.jsonl"]
     assert store_names(compose_distill([])) == ["general.jsonl", "general-t1.jsonl"]  # the default: vi-mix
+
+
+def test_study_arms_pin_the_learning_rate_they_were_measured_at():
+    arms = [f.stem for f in (CONF / "experiment").glob("study_*.yaml")] + ["medical_finetune"]
+    assert len(arms) == 11
+    for arm in arms:
+        assert compose_distill([f"+experiment={arm}"]).optim.lr == 1e-3, arm
+    assert compose_distill([]).optim.lr == 2e-3  # the default recipe's, from the 160-step comparison
