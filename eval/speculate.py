@@ -145,7 +145,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
         records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions)
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
-    conditions["speculation_pays"] = best[1] > 1.0
+    fastest = max(records, key=lambda r: r["speedup"])
+    conditions["best_measured_speedup"] = fastest["speedup"]
+    conditions["speculation_pays"] = fastest["speedup"] > 1.0  # measured, not predicted
+    conditions["cost_model_best"] = {"gamma": best[0], "expected_speedup": best[1]}
     files = write_report(records, conditions, Path(cfg.out))
     if cfg.wandb.enabled:
         log_eval_to_wandb(records, conditions, files, OmegaConf.to_container(cfg.wandb, resolve=True), Path(cfg.out))
@@ -160,8 +163,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     print(markdown_table(records))
     print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms, target k-token pass "
           + ", ".join(f"k={k + 1}: {t * 1e3:.1f} ms" for k, t in enumerate(costs["target_pass_s"]))
-          + f"; c = {costs['cost_ratio_c']:.3f}. Best gamma at the best measured alpha: {best[0]} "
-          f"({best[1]:.2f}x expected): speculation {'pays' if best[1] > 1 else 'does NOT pay'} on this hardware.")
+          + f"; c = {costs['cost_ratio_c']:.3f}. At the best measured alpha the cost model's best gamma is {best[0]} "
+          f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x ({fastest['domain']}, "
+          f"gamma={fastest['gamma']}, T={fastest['temperature']:g}): speculation "
+          f"{'pays' if conditions['speculation_pays'] else 'does NOT pay'} on this hardware with this draft.")
     print(f"wrote {', '.join(str(p) for p in files.values())}")
     return records
 
