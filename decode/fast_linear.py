@@ -89,8 +89,9 @@ def calibrate(model, max_rows: int, repeats: int = 5, margin: float = 0.95) -> d
         _plans[key] = {"rows_first": [r for r, (a, b) in enumerate(zip(torch_s, rows_s), 1) if b < margin * a],
                        "torch_ms": [round(s * 1e3, 2) for s in torch_s],
                        "rows_first_ms": [round(s * 1e3, 2) for s in rows_s]}
-        log.info("cpu_matmul=auto, %s: one pass over its linear weights, torch layout %s ms, rows-first %s ms for "
-                 "1..%d rows: rows-first for %s rows", type(model).__name__, _plans[key]["torch_ms"],
+        log.info("cpu_matmul=auto, %s (%.1fM linear weights): one pass over them, torch layout %s ms, rows-first %s "
+                 "ms for 1..%d rows: rows-first for %s rows", type(model).__name__,
+                 sum(w.numel() for w in weights) / 1e6, _plans[key]["torch_ms"],
                  _plans[key]["rows_first_ms"], max_rows, _plans[key]["rows_first"] or "no")
     return _plans[key]
 
