@@ -12,8 +12,12 @@ from pathlib import Path
 
 
 def _layout(e: dict) -> str:
-    """The CPU matmul layout the decoder used (decode/fast_linear.py), where it was recorded."""
-    return f", cpu_matmul={e['cpu_matmul']}" if e.get("cpu_matmul") and "cuda" not in str(e.get("device")) else ""
+    """The CPU matmul layout the decoder used (decode/fast_linear.py) and whether the draft ran with int8 weights
+    (decode/quantize.py), where recorded."""
+    if "cuda" in str(e.get("device")):
+        return ""
+    return (f", cpu_matmul={e['cpu_matmul']}" if e.get("cpu_matmul") else "") + (
+        ", draft weights int8 while decoding" if e.get("draft_int8") else "")
 
 
 def _row(e: dict) -> str:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.costs import measure_costs
 from decode.fast_linear import fast_cpu_linears
+from decode.quantize import quantize_draft
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
@@ -131,6 +132,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     eos = eos_token_ids(tokenizer, target)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)
+    quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     max_gamma = max([g for g in gammas if g != "auto"] + [cfg.max_auto_gamma])
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
@@ -138,7 +140,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
-                  "top_k": cfg.top_k, "top_p": cfg.top_p,
+                  "top_k": cfg.top_k, "top_p": cfg.top_p, "draft_quant": quant,
                   "costs": {}}
     with fast_cpu_linears([target, *drafts.values()], max_gamma + 1, cfg.cpu_matmul) as plans:
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
@@ -158,7 +160,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
             if Path(name).is_dir():
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,
                           "threads": conditions["threads"], "device": conditions["device"],
-                          "cpu_matmul": cfg.cpu_matmul, "source": "eval/speculate.py"} for r in records if r["draft"] == name]
+                          "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
+                          "source": "eval/speculate.py"} for r in records if r["draft"] == name]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
     print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms, target k-token pass "

@@ -1,14 +1,15 @@
 """Side by side, in one process, same prompts and gamma, greedy: target-only decoding, Draftsmith's
 speculative decoder, and transformers' generate() alone and with assistant_model=draft.
 
-Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`); transformers runs
-stock, as a user gets it, and once more with our layout in place (`hf_assisted_our_matmul`), which separates
-what the layout buys from what the decoding loop buys.
+Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`) and, on CPU, an int8 copy
+of the draft (decode/quantize.py, `draft_quant`); transformers runs stock, as a user gets it, and once more with
+both in place (`hf_assisted_our_kernels`), which separates what those kernels buy from what the decoding loop buys.
 
     python scripts/bench_decoder.py draft=outputs/distill/<run>/export gamma=4 n_prompts=8 repeats=3
 
-Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups and whether outputs are identical to
-the target's own greedy output; saves JSON to `out`.
+Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups, whether outputs are identical to
+the target's own greedy output and our speculative runs' acceptance rate alpha; saves JSON to `out`. With an int8
+draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed.
 """
 
 from __future__ import annotations
@@ -24,16 +25,22 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from decode.fast_linear import fast_cpu_linears, plan_for
+from decode.quantize import quantize_draft
+from decode.metrics import acceptance
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer
 from decode.speculative import DraftModelProposer, NoProposer, generate
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 
 
-def ours(target, draft, gamma):
+def ours(target, draft, gamma, steps: list | None = None):
+    """Our decoder as a method; with `steps`, each generation's step logs are appended to it (for alpha)."""
     def run(prompt, max_new, eos):
         proposer = DraftModelProposer(draft) if draft is not None else NoProposer()
-        return generate(target, proposer, prompt, gamma if draft is not None else 0, max_new, eos_token_ids=eos).tokens
+        gen = generate(target, proposer, prompt, gamma if draft is not None else 0, max_new, eos_token_ids=eos)
+        if steps is not None:
+            steps.extend(gen.steps)
+        return gen.tokens
     return run
 
 
@@ -61,11 +68,12 @@ def with_layout(run, models, max_rows: int, mode: str):
     return wrapped
 
 
-def measure(methods: dict, prompts, max_new, eos, repeats) -> dict:
+def measure(methods: dict, prompts, max_new, eos, repeats, after_warmup=lambda: None) -> dict:
     """Each method decodes every prompt `repeats` times, interleaved (method A, B, C, D, then again), so drift
     on a shared machine hits all methods alike. tokens/s is the median over passes."""
     for run in methods.values():
         run(prompts[0], 8, eos)  # warm-up
+    after_warmup()
     results = {name: {"tok_s_all": [], "outputs": None} for name in methods}
     for _ in range(repeats):
         for name, run in methods.items():
@@ -90,44 +98,53 @@ def bench(cfg: DictConfig) -> dict:
     eos = {tokenizer.eos_token_id}
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
     max_rows = cfg.gamma + 1  # a verification pass feeds the target gamma + 1 tokens
+    fast_draft, quant = quantize_draft(draft, cfg.draft_quant, copy=True)  # `draft` itself stays float
+    steps = {"ours_speculative": [], "ours_speculative_float_draft": []}
     methods = {"ours_target_only": with_layout(ours(target, None, 0), [target], max_rows, cfg.cpu_matmul),
-               "ours_speculative": with_layout(ours(target, draft, cfg.gamma), [target, draft], max_rows,
-                                               cfg.cpu_matmul),
+               "ours_speculative": with_layout(ours(target, fast_draft, cfg.gamma, steps["ours_speculative"]),
+                                               [target, fast_draft], max_rows, cfg.cpu_matmul),
                "hf_target_only": hf(target, None, 0), "hf_assisted": hf(target, draft, cfg.gamma)}
-    plans = [plan_for(m, max_rows, cfg.cpu_matmul) for m in (target, draft)]  # times the layouts once (cached)
+    if quant["quantized"]:  # what the int8 draft buys, in the same run
+        methods["ours_speculative_float_draft"] = with_layout(
+            ours(target, draft, cfg.gamma, steps["ours_speculative_float_draft"]), [target, draft], max_rows,
+            cfg.cpu_matmul)
+    plans = [plan_for(m, max_rows, cfg.cpu_matmul) for m in (target, fast_draft)]  # times the layouts once (cached)
     layout = dict(zip(["target", "draft"], plans))
-    if any(p["rows_first"] for p in plans):
-        methods["hf_assisted_our_matmul"] = with_layout(hf(target, draft, cfg.gamma), [target, draft], max_rows,
-                                                        cfg.cpu_matmul)
-    results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats)
+    if any(p["rows_first"] for p in plans) or quant["quantized"]:
+        methods["hf_assisted_our_kernels"] = with_layout(hf(target, fast_draft, cfg.gamma), [target, fast_draft],
+                                                         max_rows, cfg.cpu_matmul)
+    results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats,
+                      after_warmup=lambda: [s.clear() for s in steps.values()])
     reference = results["ours_target_only"]["outputs"]
     base = results["ours_target_only"]["tok_s"]
     rows = []
-    print(f"{'method':<24}{'tok/s':>9}{'vs ours target-only':>22}{'identical to target greedy':>29}")
+    print(f"{'method':<30}{'tok/s':>9}{'vs ours target-only':>22}{'identical to target greedy':>29}{'alpha':>8}")
     for name, r in results.items():
         identical = r["outputs"] == reference
+        alpha = acceptance(steps[name])["alpha"] if steps.get(name) else None  # over every pass (all identical)
         rows.append({"method": name, "tok_s": r["tok_s"], "tok_s_all": r["tok_s_all"], "speedup": r["tok_s"] / base,
-                     "identical_to_target_greedy": identical,
+                     "identical_to_target_greedy": identical, "alpha": alpha,
                      "new_tokens": sum(map(len, r["outputs"]))})
-        print(f"{name:<24}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}")
+        print(f"{name:<30}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}"
+              f"{'' if alpha is None else f'{alpha:.3f}':>8}")
     ratio = results["ours_speculative"]["tok_s"] / results["hf_assisted"]["tok_s"]
-    same = (results["ours_speculative"]["tok_s"] / results["hf_assisted_our_matmul"]["tok_s"]
-            if "hf_assisted_our_matmul" in results else None)
+    same = (results["ours_speculative"]["tok_s"] / results["hf_assisted_our_kernels"]["tok_s"]
+            if "hf_assisted_our_kernels" in results else None)
     where = target.device if target.device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}, {len(prompts)} {cfg.domain} prompts, "
           f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
     if same is not None:
-        print(f"ours_speculative / hf_assisted_our_matmul = {same:.2f}x   (both with the rows-first layout for "
-              f"{layout['target']['rows_first']}-row inputs)")
+        print(f"ours_speculative / hf_assisted_our_kernels = {same:.2f}x   (both with the rows-first layout for "
+              f"{layout['target']['rows_first']}-row target inputs, draft int8: {quant['quantized']})")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {**OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "device": str(target.device),
                   "gpu": torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None,
-                  "cpu_matmul_plans": layout}
+                  "cpu_matmul_plans": layout, "draft_quant_plan": quant}
     result = {"conditions": conditions, "rows": rows, "ours_vs_hf_assisted": ratio,
-              "ours_vs_hf_assisted_our_matmul": same}
+              "ours_vs_hf_assisted_our_kernels": same}
     (out / "bench_decoder.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out / 'bench_decoder.json'}")
     return result

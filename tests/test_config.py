@@ -58,6 +58,9 @@ def test_every_experiment_composes(name):
     OmegaConf.to_container(cfg, resolve=True)
     if name == "medical_finetune":  # medical answers with general ones replayed, 3:1
         assert [s.weight for s in cfg.data.sources] == [3, 1] and cfg.data.sources[0].path.endswith("medical.jsonl")
+    if name == "longer":  # 4x the steps on 800 answers per store, kept apart from the default run's 400
+        assert (cfg.trainer.max_steps, cfg.data.generate.n_prompts, cfg.optim.lr) == (640, 800, 2e-3)
+        assert [Path(s.path).name for s in cfg.data.sources] == ["general-800.jsonl", "general-800-t1.jsonl"]
 
 
 def test_study_arms_pin_their_data_whatever_the_default():

@@ -22,11 +22,13 @@ def eval_cfg(tmp_path, target, drafts, *extra):
 
 
 def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir):
-    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,3]", "temperature=[0,1.0]"))
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,3]", "temperature=[0,1.0]",
+                                "draft_quant=int8"))
     assert len(records) == 2 * 2 * 2  # domains x gammas x temperatures
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert saved["records"] == json.loads(json.dumps(records))
     assert {"threads", "device", "torch", "transformers", "costs", "cpu_matmul"} <= set(saved["conditions"])
+    assert saved["conditions"]["draft_quant"][str(tiny_draft_dir)]["quantized"]  # greedy stays identical below
     for r in records:
         assert SCHEMA <= set(r)
         assert len(r["per_position_accept"]) == r["gamma"]
@@ -48,11 +50,13 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     shutil.copytree(tiny_draft_dir, folder)
     write_card(folder)
     assert "Not measured yet" in (folder / "README.md").read_text()
-    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "update_card=true"))
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "update_card=true",
+                                "draft_quant=int8"))
     card = (folder / "README.md").read_text()
     assert "Not measured yet" not in card
     assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
     assert card.count("cpu_matmul=auto") == len(records)  # the decoder's CPU matmul layout is a condition
+    assert card.count("draft weights int8 while decoding") == len(records)  # and so are the draft's int8 weights
 
 
 def test_wandb_offline_run_holds_the_table(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch):

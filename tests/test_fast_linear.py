@@ -96,11 +96,15 @@ def test_bench_decoder_runs_every_method_and_outputs_agree(tmp_path, tiny_target
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("bench_decoder", overrides=[f"target={tiny_target_dir}", f"draft={tiny_draft_dir}", "gamma=2",
                                                   "n_prompts=2", "max_new_tokens=8", "repeats=1",
-                                                  "cpu_matmul=rows_first", f"out={tmp_path / 'bench'}"])
+                                                  "cpu_matmul=rows_first", "draft_quant=int8",
+                                                  f"out={tmp_path / 'bench'}"])
     result = script.bench(cfg)
     methods = {r["method"]: r for r in result["rows"]}
     assert set(methods) == {"ours_target_only", "ours_speculative", "hf_target_only", "hf_assisted",
-                            "hf_assisted_our_matmul"}
+                            "hf_assisted_our_kernels", "ours_speculative_float_draft"}
     assert all(r["identical_to_target_greedy"] and r["tok_s"] > 0 for r in methods.values())
     assert result["conditions"]["cpu_matmul_plans"]["target"]["rows_first"] == [1, 2, 3]
+    assert result["conditions"]["draft_quant_plan"]["quantized"]  # ours and hf_assisted_our_kernels: int8 draft
+    assert all(0 <= methods[m]["alpha"] <= 1 for m in ("ours_speculative", "ours_speculative_float_draft"))
+    assert methods["hf_assisted"]["alpha"] is None
     assert (tmp_path / "bench" / "bench_decoder.json").is_file()
