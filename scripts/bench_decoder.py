@@ -110,6 +110,8 @@ def bench(cfg: DictConfig) -> dict:
             cfg.cpu_matmul)
     plans = [plan_for(m, max_rows, cfg.cpu_matmul) for m in (target, fast_draft)]  # times the layouts once (cached)
     layout = dict(zip(["target", "draft"], plans))
+    if quant["quantized"]:
+        layout["float_draft"] = plan_for(draft, max_rows, cfg.cpu_matmul)
     if any(p["rows_first"] for p in plans) or quant["quantized"]:
         methods["hf_assisted_our_kernels"] = with_layout(hf(target, fast_draft, cfg.gamma), [target, fast_draft],
                                                          max_rows, cfg.cpu_matmul)
