@@ -15,7 +15,8 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _median_time(fn, repeats: int) -> float:
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall time of `fn()` over `repeats` calls, after one warm-up call (GPU work waited for)."""
     fn()  # warm-up
     times = []
     for _ in range(repeats):
@@ -40,7 +41,7 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
         def run(k=k):
             t_lm.extend(context[-1:] * k)
             t_lm.rollback(base)
-        passes.append(_median_time(run, repeats))
+        passes.append(median_seconds(run, repeats))
     out["target_pass_s"] = passes
     if draft is not None:
         d_lm = CachedLM(draft)
@@ -51,6 +52,6 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
         def step():
             d_lm.extend(context[-1:], keep=1)
             d_lm.rollback(d_base)
-        out["draft_step_s"] = _median_time(step, repeats)
+        out["draft_step_s"] = median_seconds(step, repeats)
         out["cost_ratio_c"] = out["draft_step_s"] / passes[0]
     return out

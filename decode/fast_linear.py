@@ -18,13 +18,13 @@ anything that needs gradients or runs on a GPU.
 from __future__ import annotations
 
 import logging
-import statistics
-import time
 from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from decode.costs import median_seconds
 
 log = logging.getLogger(__name__)
 MODES = ("auto", "rows_first", "torch")
@@ -66,13 +66,7 @@ def _sweep_seconds(weights: list[torch.Tensor], rows: int, fn, repeats: int) -> 
         for w in weights:
             fn(inputs[w.shape[1]], w)
 
-    sweep()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        sweep()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return median_seconds(sweep, repeats)
 
 
 @torch.inference_mode()

@@ -10,8 +10,8 @@ Only the draft is quantized, and only for decoding: the target's logits decide w
 still equals the target's own and rejection sampling stays exact. What can change is how often the target agrees
 with the draft (alpha); eval/speculate.py measures it. The exported checkpoint is never quantized.
 
-`draft_quant=auto` quantizes when the draft is on a CPU and the int8 kernel is faster there than the float
-weights (timed once per process, as in decode/fast_linear.py); `int8` always on CPU; `none` never.
+`draft_quant=auto` quantizes when the draft is on a CPU and the int8 kernel is at least 5% faster there than the
+float weights (timed once per process, as in decode/fast_linear.py); `int8` always on CPU; `none` never.
 
     draft, plan = quantize_draft(draft, "auto")
 """
@@ -19,14 +19,13 @@ weights (timed once per process, as in decode/fast_linear.py); `int8` always on 
 from __future__ import annotations
 
 import logging
-import statistics
-import time
 from copy import deepcopy
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decode.costs import median_seconds
 from decode.fast_linear import rows_first_linear
 
 log = logging.getLogger(__name__)
@@ -74,16 +73,6 @@ def _linears(model) -> list[tuple[nn.Module, str, nn.Linear]]:
             if type(child) is nn.Linear]
 
 
-def _median_ms(fn, repeats: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
-
-
 @torch.inference_mode()
 def time_int8(model) -> dict:
     """One 1-row pass over the model's linear weights (what a draft step reads): the float weights in the faster of
@@ -102,8 +91,9 @@ def time_int8(model) -> dict:
             for q, s, x in packed:
                 torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), q, s)
 
-        float_ms = min(_median_ms(lambda: float_pass(F.linear)), _median_ms(lambda: float_pass(rows_first_linear)))
-        _decisions[key] = {"float_ms": round(float_ms, 2), "int8_ms": round(_median_ms(int8_pass), 2)}
+        float_s = min(median_seconds(lambda: float_pass(F.linear), 5),
+                      median_seconds(lambda: float_pass(rows_first_linear), 5))
+        _decisions[key] = {"float_ms": round(float_s * 1e3, 2), "int8_ms": round(median_seconds(int8_pass, 5) * 1e3, 2)}
         log.info("draft_quant=auto, %s (%.1fM linear weights): one 1-row pass over them, float %.2f ms, int8 %.2f ms",
                  type(model).__name__, sum(w.numel() for w in weights) / 1e6, _decisions[key]["float_ms"],
                  _decisions[key]["int8_ms"])
