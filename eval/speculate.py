@@ -104,7 +104,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
                     rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
                     records.append(rec)
-                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", Path(name).name,
+                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
+                             "/".join(Path(name).parts[-2:]),  # run/export: every export folder is named export
                              domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
                              rec["hardware_expected_speedup"])
     return records
@@ -164,7 +165,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                           "source": "eval/speculate.py"} for r in records if r["draft"] == name]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
-    print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms, target k-token pass "
+    int8 = " (int8 weights)" if next(iter(quant.values()))["quantized"] else ""
+    print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms{int8}, target k-token pass "
           + ", ".join(f"k={k + 1}: {t * 1e3:.1f} ms" for k, t in enumerate(costs["target_pass_s"]))
           + f"; c = {costs['cost_ratio_c']:.3f}. At the best measured alpha the cost model's best gamma is {best[0]} "
           f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x ({fastest['domain']}, "
