@@ -295,8 +295,9 @@ def train(cfg: DictConfig) -> dict:
 
     log.info("validation before/after training. Teacher-forced on held-out text: top1_agree (greedy acceptance "
              "proxy), expected_accept (sum_v min(p,q)), kl. Real speculative decoding on held-out prompts (greedy, "
-             "gamma=%s): alpha, tau (+1 bonus token included), speedup vs target-only.\n%s",
-             cfg.spec_eval.gamma, metrics_table(before, after))
+             "gamma=%s%s): alpha, tau (+1 bonus token included), speedup vs target-only.\n%s",
+             cfg.spec_eval.gamma, ", int8 draft weights" if spec_eval and spec_eval.last.get("draft_int8") else "",
+             metrics_table(before, after))
     log.info("checkpoint: %s", last)
     if "export" in summary:
         log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])
