@@ -24,6 +24,45 @@ def markdown_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def short(draft: str) -> str:
+    """`run/export` for a draft folder (every export folder is named export)."""
+    return "/".join(Path(draft).parts[-2:])
+
+
+def cost_model_plot(records: list[dict], costs: dict, out: Path) -> Path:
+    """Expected speedup against alpha, one curve per gamma, from the measured costs of the first draft, with the
+    measured (alpha, speedup) of every record on top, in its gamma's colour: where the drafts are, and what alpha a
+    goal would need."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from decode.metrics import hardware_speedup
+
+    c = next(iter(costs.values()))
+    alphas = [i / 100 for i in range(100)]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for g in range(1, min(len(c["target_pass_s"]), 9)):
+        ax.plot(alphas, [hardware_speedup(a, g, c["draft_step_s"], c["target_pass_s"]) for a in alphas],
+                lw=1, color=f"C{(g - 1) % 10}", label=f"cost model, gamma={g}")
+    for g in sorted({r["gamma"] for r in records}):
+        pts = [r for r in records if r["gamma"] == g and not math.isnan(r["alpha"])]
+        ax.scatter([r["alpha"] for r in pts], [r["speedup"] for r in pts], marker="x", zorder=3,
+                   color=f"C{(g - 1) % 10}", label=f"measured, gamma={g}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(1.5, color="grey", lw=0.8, ls=":")
+    ax.set(xlabel="alpha (acceptance rate)", ylabel="speedup vs target-only", xlim=(0, 1),
+           title=f"draft step {c['draft_step_s'] * 1e3:.1f} ms, target pass of 1 / 2 tokens "
+                 f"{c['target_pass_s'][0] * 1e3:.1f} / {c['target_pass_s'][1] * 1e3:.1f} ms")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = out / "cost_model.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plots(records: list[dict], out: Path) -> list[Path]:
     import matplotlib
 
@@ -37,7 +76,7 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4))
     for (draft, domain, temp), rows in series.items():
         rows = sorted(rows, key=lambda r: r["gamma"])
-        label = f"{Path(draft).name}/{domain}/T={temp}"
+        label = f"{short(draft)}/{domain}/T={temp}"
         axes[0].plot([r["gamma"] for r in rows], [r["alpha"] for r in rows], marker="o", label=label)
         axes[1].plot([r["gamma"] for r in rows], [r["speedup"] for r in rows], marker="o", label=label)
         axes[1].plot([r["gamma"] for r in rows], [r["hardware_expected_speedup"] for r in rows], ls="--", alpha=0.5)
@@ -53,7 +92,7 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4))
     top = max(r["gamma"] for r in records)  # one curve per series, at the largest gamma (most positions)
     for r in (r for r in records if r["gamma"] == top):
-        label = f"{Path(r['draft']).name}/{r['domain']}/T={r['temperature']}"
+        label = f"{short(r['draft'])}/{r['domain']}/T={r['temperature']}"
         pp = r["per_position_accept"]
         axes[0].plot(range(1, len(pp) + 1), pp, marker=".", label=label)
         buckets = r.get("accept_by_entropy") or []
@@ -77,4 +116,6 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
                                  "tau counts the bonus/correction token (+1 included).\n\n" + markdown_table(records) + "\n")
     for i, path in enumerate(plots(records, out)):
         files[f"plot{i}"] = path
+    if conditions.get("costs") and records:
+        files["cost_model"] = cost_model_plot(records, conditions["costs"], out)
     return files

@@ -30,7 +30,7 @@ from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup,
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
-from eval.report import markdown_table, write_report
+from eval.report import markdown_table, short, write_report
 
 log = logging.getLogger("draftsmith.eval")
 
@@ -105,7 +105,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
                     records.append(rec)
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
-                             "/".join(Path(name).parts[-2:]),  # run/export: every export folder is named export
+                             short(name),
                              domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
                              rec["hardware_expected_speedup"])
     return records

@@ -40,6 +40,7 @@ def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir
             assert r["greedy_identical"] is None
     assert (tmp_path / "eval" / "results.md").read_text().count("\n|") >= 9
     assert (tmp_path / "eval" / "acceptance_speedup_vs_gamma.png").stat().st_size > 1000
+    assert (tmp_path / "eval" / "cost_model.png").stat().st_size > 1000  # expected speedup vs alpha, measured points
 
 
 def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_dir):
