@@ -1,15 +1,18 @@
-"""Small-batch linear layers on CPU: per number of rows, the faster of two ways to write the same product.
+"""Small-batch linear layers on CPU: per number of rows, the fastest of three ways to compute the same product.
 
 Decoding feeds each linear layer 1 to gamma+1 rows at a time, so a decode step is a stream of weight reads.
-torch computes `x @ W.T`. On this repository's CPU (2-core AMD EPYC, torch 2.13's MKL), one pass of that layout
-over the default target's 134M linear weights took 42-45 ms for one row and 74-97 ms for two or three rows. The
-same product written `(W @ x.T).T` took 19-20 ms for one or two rows: one row is padded to two, which costs less
-than the one-row path. Both compute the same dot products; results agree to float32 rounding.
+The three layouts, all `x @ W.T + b` to float32 rounding:
+- `torch`: `F.linear`. On this repository's CPU (2-core AMD EPYC, torch 2.13's MKL), one pass over the default
+  target's 134M linear weights took 42-46 ms for one row and 55-97 ms for 2-9 rows.
+- `rows_first`: `(W @ x.T).T`, one row padded to two. 19-20 ms for one or two rows, then 26-60 ms for 3-9.
+- `prepacked`: oneDNN's linear on a copy of the weights reordered once, when the block is entered, into oneDNN's
+  blocked layout (`torch.ops.mkldnn`, what torch.compile's CPU backend uses). 24-31 ms for any of 1-9 rows.
+  The copy costs the weights' size in memory again while the block is open.
 
-Whether it pays depends on the CPU and the BLAS, so `auto` measures it: `fast_cpu_linears(models, max_rows)`
-times both layouts over each model's own weights for 1..max_rows rows. Inside the block, every plain
-`nn.Linear` uses the faster layout for the row counts where it won. Nothing changes outside the block, nor for
-anything that needs gradients or runs on a GPU.
+Which wins depends on the CPU, the BLAS and the row count, so `auto` measures: `fast_cpu_linears(models,
+max_rows)` times the layouts over each model's own weights for 1..max_rows rows. Inside the block, every plain
+`nn.Linear` uses the fastest layout for each row count. Nothing changes outside the block, nor for anything
+that needs gradients or runs on a GPU.
 
     with fast_cpu_linears([target, draft], max_rows=gamma + 1) as plan:
         generate(target, DraftModelProposer(draft), prompt, gamma, 128)
@@ -27,7 +30,8 @@ from torch import nn
 from decode.costs import median_seconds
 
 log = logging.getLogger(__name__)
-MODES = ("auto", "rows_first", "torch")
+LAYOUTS = ("torch", "rows_first", "prepacked")
+MODES = ("auto", *LAYOUTS)
 _plans: dict[tuple, dict] = {}  # calibrations, by the weights' shapes, dtype and thread count
 
 
@@ -41,17 +45,36 @@ def rows_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return out.t()[:n].contiguous().reshape(*x.shape[:-1], weight.shape[0])
 
 
-class RowsFirstLinear(nn.Linear):
-    """An nn.Linear that, without gradients, takes `rows_first_linear` for the row counts in `_rows_first`."""
+def can_prepack(weight: torch.Tensor) -> bool:
+    """oneDNN's reordered weights: CPU tensors of a torch built with oneDNN."""
+    return (weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+            and weight.dtype in (torch.float32, torch.bfloat16))
 
-    _rows_first: frozenset = frozenset()
+
+def prepack(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of `weight` in oneDNN's blocked layout, for `prepacked_linear` (any number of rows)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+def prepacked_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` with `packed = prepack(weight)`."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+class FastLinear(nn.Linear):
+    """An nn.Linear that, without gradients, takes the layout its plan chose for the number of rows it gets."""
+
+    _layout: dict = {}  # rows -> "rows_first" | "prepacked"; absent: torch
+    _packed: torch.Tensor | None = None
 
     def forward(self, x):
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if rows in self._rows_first and not (torch.is_grad_enabled() and (self.weight.requires_grad
-                                                                         or x.requires_grad)):
-            return rows_first_linear(x, self.weight, self.bias)
-        return super().forward(x)
+        layout = self._layout.get(rows)
+        if layout is None or (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)):
+            return super().forward(x)
+        if layout == "prepacked":
+            return prepacked_linear(x, self._packed, self.bias)
+        return rows_first_linear(x, self.weight, self.bias)
 
 
 def _linears(model) -> list[nn.Linear]:
@@ -71,54 +94,68 @@ def _sweep_seconds(weights: list[torch.Tensor], rows: int, fn, repeats: int) -> 
 
 @torch.inference_mode()
 def calibrate(model, max_rows: int, repeats: int = 5, margin: float = 0.95) -> dict:
-    """Time torch's layout and the rows-first layout over the model's linear weights for 1..max_rows rows.
-    Rows-first is chosen where it took less than `margin` of torch's time. Cached per process."""
+    """Time each layout over the model's linear weights for 1..max_rows rows. Per row count, the fastest layout
+    is taken if it took less than `margin` of torch's time, else torch's. Cached per process."""
     weights = list({id(m.weight): m.weight for m in _linears(model)}.values())  # tied weights once
     if not weights:
-        return {"rows_first": [], "torch_ms": [], "rows_first_ms": []}
+        return {"layout": [], "ms": {}}
     key = (tuple(tuple(w.shape) for w in weights), weights[0].dtype, torch.get_num_threads(), max_rows)
     if key not in _plans:
-        torch_s = [_sweep_seconds(weights, r, F.linear, repeats) for r in range(1, max_rows + 1)]
-        rows_s = [_sweep_seconds(weights, r, rows_first_linear, repeats) for r in range(1, max_rows + 1)]
-        _plans[key] = {"rows_first": [r for r, (a, b) in enumerate(zip(torch_s, rows_s), 1) if b < margin * a],
-                       "torch_ms": [round(s * 1e3, 2) for s in torch_s],
-                       "rows_first_ms": [round(s * 1e3, 2) for s in rows_s]}
-        log.info("cpu_matmul=auto, %s (%.1fM linear weights): one pass over them, torch layout %s ms, rows-first %s "
-                 "ms for 1..%d rows: rows-first for %s rows", type(model).__name__,
-                 sum(w.numel() for w in weights) / 1e6, _plans[key]["torch_ms"],
-                 _plans[key]["rows_first_ms"], max_rows, _plans[key]["rows_first"] or "no")
+        ways = {"torch": (weights, F.linear), "rows_first": (weights, rows_first_linear)}
+        if all(can_prepack(w) for w in weights):
+            ways["prepacked"] = ([prepack(w) for w in weights], prepacked_linear)
+        ms = {name: [round(_sweep_seconds(ws, r, fn, repeats) * 1e3, 2) for r in range(1, max_rows + 1)]
+              for name, (ws, fn) in ways.items()}
+        layout = []
+        for i in range(max_rows):
+            best = min(ms, key=lambda name: ms[name][i])
+            layout.append(best if ms[best][i] < margin * ms["torch"][i] else "torch")
+        _plans[key] = {"layout": layout, "ms": ms}
+        log.info("cpu_matmul=auto, %s (%.1fM linear weights): one pass over them for 1..%d rows, in ms: %s; "
+                 "chosen: %s", type(model).__name__, sum(w.numel() for w in weights) / 1e6, max_rows,
+                 "; ".join(f"{name} {v}" for name, v in ms.items()), layout)
     return _plans[key]
 
 
 def plan_for(model, max_rows: int, mode: str = "auto") -> dict:
-    """Which row counts take the rows-first layout for this model (nothing on GPUs or with mode=torch)."""
+    """The layout per row count 1..max_rows for this model (`plan["layout"]`; all torch on GPUs or mode=torch)."""
     if mode not in MODES:
         raise ValueError(f"cpu_matmul must be one of {MODES}, got '{mode}'.")
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}.")
     device = next(model.parameters()).device
     if mode == "torch" or device.type != "cpu":
-        return {"mode": mode, "rows_first": []}
-    if mode == "rows_first":
-        return {"mode": mode, "rows_first": list(range(1, max_rows + 1))}
+        return {"mode": mode, "layout": ["torch"] * max_rows}
+    if mode == "prepacked" and not all(can_prepack(m.weight) for m in _linears(model)):
+        raise ValueError("cpu_matmul=prepacked needs a torch built with oneDNN (torch.backends.mkldnn) and float32 "
+                         "or bfloat16 weights; use cpu_matmul=auto.")
+    if mode != "auto":
+        return {"mode": mode, "layout": [mode] * max_rows}
     return {"mode": mode, **calibrate(model, max_rows)}
 
 
 @contextmanager
 def fast_cpu_linears(models, max_rows: int, mode: str = "auto"):
-    """Within the block, the models' plain nn.Linear layers use the faster layout per row count (see the module
-    docstring). Yields one plan per model (for the run's recorded conditions); restores the layers on exit."""
+    """Within the block, the models' plain nn.Linear layers use the fastest layout per row count (see the
+    module docstring). Yields one plan per model (for the run's recorded conditions); restores the layers on exit."""
     swapped, plans = [], []
     try:
         for model in models:
             plan = plan_for(model, max_rows, mode)
             plans.append(plan)
-            for layer in _linears(model) if plan["rows_first"] else []:
-                layer.__class__ = RowsFirstLinear
-                layer._rows_first = frozenset(plan["rows_first"])
+            chosen = {rows: name for rows, name in enumerate(plan["layout"], 1) if name != "torch"}
+            packed: dict[int, torch.Tensor] = {}  # tied weights packed once
+            for layer in _linears(model) if chosen else []:
+                layer.__class__ = FastLinear
+                layer._layout = chosen
+                if "prepacked" in chosen.values():
+                    if id(layer.weight) not in packed:
+                        packed[id(layer.weight)] = prepack(layer.weight)
+                    layer._packed = packed[id(layer.weight)]
                 swapped.append(layer)
         yield plans
     finally:
         for layer in swapped:
             layer.__class__ = nn.Linear
-            del layer._rows_first
+            del layer._layout
+            layer.__dict__.pop("_packed", None)

@@ -1,4 +1,4 @@
-"""The small-batch CPU matmul layout (decode/fast_linear.py): same products, same decoding, restored on exit."""
+"""The small-batch CPU matmul layouts (decode/fast_linear.py): same products, same decoding, restored on exit."""
 
 import pytest
 import torch
@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import make_model
-from decode.fast_linear import RowsFirstLinear, fast_cpu_linears, plan_for, rows_first_linear
+from decode.fast_linear import (FastLinear, can_prepack, fast_cpu_linears, plan_for, prepack, prepacked_linear,
+                                rows_first_linear)
 from decode.speculative import DraftModelProposer, NoProposer, generate
 
 V = 300
@@ -25,28 +26,57 @@ def test_rows_first_linear_is_linear(lead, k, n, bias, seed):
     torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
 
 
-def test_layers_swapped_inside_restored_outside_and_output_unchanged():
+needs_onednn = pytest.mark.skipif(not can_prepack(torch.zeros(1, 1)), reason="torch built without oneDNN")
+
+
+@needs_onednn
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 40), st.integers(1, 40), st.booleans(),
+       st.integers(0, 10_000))
+def test_prepacked_linear_is_linear(lead, k, n, bias, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(*lead, k, generator=g), torch.randn(n, k, generator=g)
+    b = torch.randn(n, generator=g) if bias else None
+    out = prepacked_linear(x, prepack(w), b)
+    assert out.shape == (*lead, n)
+    torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["rows_first", pytest.param("prepacked", marks=needs_onednn)])
+def test_layers_swapped_inside_restored_outside_and_output_unchanged(mode):
     model = make_model(V, layers=2, hidden=32, seed=3, init=0.3)
     ids = torch.tensor([[5, 9, 17]])
     with torch.no_grad():
         before = model(ids).logits
-    with fast_cpu_linears([model], max_rows=4, mode="rows_first") as plans:
-        assert plans[0]["rows_first"] == [1, 2, 3, 4]
+    with fast_cpu_linears([model], max_rows=4, mode=mode) as plans:
+        assert plans[0]["layout"] == [mode] * 4
         layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-        assert layers and all(type(m) is RowsFirstLinear for m in layers)
+        assert layers and all(type(m) is FastLinear for m in layers)
+        assert all((m._packed is not None) == (mode == "prepacked") for m in layers)
         with torch.no_grad():
             inside = model(ids).logits
-    assert all(type(m) is nn.Linear and not hasattr(m, "_rows_first") for m in model.modules()
-               if isinstance(m, nn.Linear))
+    assert all(type(m) is nn.Linear and not hasattr(m, "_layout") and m.__dict__.get("_packed") is None
+               for m in model.modules() if isinstance(m, nn.Linear))
     torch.testing.assert_close(inside, before, rtol=1e-5, atol=1e-5)
     assert set(model.state_dict()) == set(make_model(V, layers=2, hidden=32).state_dict())
 
 
-def test_gradients_take_torchs_path_inside_the_block():
+@needs_onednn
+def test_tied_weights_are_packed_once():
+    model = make_model(V, layers=1, hidden=32, seed=3)
+    model.lm_head.weight = model.model.embed_tokens.weight
+    extra = nn.Linear(32, V, bias=False)
+    extra.weight = model.lm_head.weight
+    with fast_cpu_linears([nn.ModuleList([model, extra])], max_rows=2, mode="prepacked"):
+        assert model.lm_head._packed is extra._packed
+
+
+@pytest.mark.parametrize("mode", ["rows_first", pytest.param("prepacked", marks=needs_onednn)])
+def test_gradients_take_torchs_path_inside_the_block(mode):
     layer = nn.Linear(8, 5)
     x = torch.randn(2, 8)
-    with fast_cpu_linears([layer], max_rows=4, mode="rows_first"):
-        assert type(layer) is RowsFirstLinear
+    with fast_cpu_linears([layer], max_rows=4, mode=mode):
+        assert type(layer) is FastLinear
         layer(x).sum().backward()
     reference = nn.Linear(8, 5)
     reference.load_state_dict(layer.state_dict())
@@ -54,25 +84,27 @@ def test_gradients_take_torchs_path_inside_the_block():
     torch.testing.assert_close(layer.weight.grad, reference.weight.grad)
 
 
+@pytest.mark.parametrize("mode", ["rows_first", pytest.param("prepacked", marks=needs_onednn)])
 @pytest.mark.parametrize("gamma", [1, 2, 4])
-def test_greedy_speculative_output_unchanged_by_the_layout(gamma):
+def test_greedy_speculative_output_unchanged_by_the_layout(gamma, mode):
     target = make_model(V, layers=3, hidden=32, seed=1, init=0.3)
     draft = make_model(V, layers=1, hidden=32, seed=2, init=0.3)
     prompt = [7, 11, 13, 40, 90]
     reference = generate(target, NoProposer(), prompt, 0, 24).tokens
-    with fast_cpu_linears([target, draft], max_rows=gamma + 1, mode="rows_first"):
+    with fast_cpu_linears([target, draft], max_rows=gamma + 1, mode=mode):
         assert generate(target, NoProposer(), prompt, 0, 24).tokens == reference
         assert generate(target, DraftModelProposer(draft), prompt, gamma, 24).tokens == reference
 
 
-def test_auto_times_both_layouts_and_picks_from_them():
+def test_auto_times_every_layout_and_picks_the_fastest_clear_win():
     model = make_model(V, layers=1, hidden=32, seed=4)
     plan = plan_for(model, max_rows=3, mode="auto")
-    assert set(plan["rows_first"]) <= {1, 2, 3}
-    assert len(plan["torch_ms"]) == len(plan["rows_first_ms"]) == 3
-    assert all(rows in plan["rows_first"] for rows, (a, b) in enumerate(zip(plan["torch_ms"], plan["rows_first_ms"]), 1)
-               if b < 0.9 * a)  # a clear win is always taken
-    assert plan_for(model, max_rows=3, mode="torch")["rows_first"] == []
+    ms = plan["ms"]
+    assert {"torch", "rows_first"} <= set(ms) and all(len(v) == 3 for v in ms.values())
+    for i, chosen in enumerate(plan["layout"]):
+        fastest = min(ms, key=lambda name: ms[name][i])
+        assert chosen == (fastest if ms[fastest][i] < 0.95 * ms["torch"][i] else "torch")
+    assert plan_for(model, max_rows=3, mode="torch")["layout"] == ["torch"] * 3
 
 
 def test_bad_mode_and_rows_fail_naming_the_fix():
@@ -103,7 +135,7 @@ def test_bench_decoder_runs_every_method_and_outputs_agree(tmp_path, tiny_target
     assert set(methods) == {"ours_target_only", "ours_speculative", "hf_target_only", "hf_assisted",
                             "hf_assisted_our_kernels", "ours_speculative_float_draft"}
     assert all(r["identical_to_target_greedy"] and r["tok_s"] > 0 for r in methods.values())
-    assert result["conditions"]["cpu_matmul_plans"]["target"]["rows_first"] == [1, 2, 3]
+    assert result["conditions"]["cpu_matmul_plans"]["target"]["layout"] == ["rows_first"] * 3
     assert result["conditions"]["draft_quant_plan"]["quantized"]  # ours and hf_assisted_our_kernels: int8 draft
     assert all(0 <= methods[m]["alpha"] <= 1 for m in ("ours_speculative", "ours_speculative_float_draft"))
     assert methods["hf_assisted"]["alpha"] is None
