@@ -44,7 +44,7 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
         passes.append(median_seconds(run, repeats))
     out["target_pass_s"] = passes
     if draft is not None:
-        d_lm = CachedLM(draft)
+        d_lm = CachedLM(draft, role="draft")
         d_lm.reset()
         d_lm.extend(context, keep=1)
         d_base = d_lm.length

@@ -5,9 +5,9 @@ The three layouts, all `x @ W.T + b` to float32 rounding:
 - `torch`: `F.linear`. On this repository's CPU (2-core AMD EPYC, torch 2.13's MKL), one pass over the default
   target's 134M linear weights took 42-46 ms for one row and 55-97 ms for 2-9 rows.
 - `rows_first`: `(W @ x.T).T`, one row padded to two. 19-20 ms for one or two rows, then 26-60 ms for 3-9.
-- `prepacked`: oneDNN's linear on a copy of the weights reordered once, when the block is entered, into oneDNN's
-  blocked layout (`torch.ops.mkldnn`, what torch.compile's CPU backend uses). 24-31 ms for any of 1-9 rows.
-  The copy costs the weights' size in memory again while the block is open.
+- `prepacked`: oneDNN's linear on a copy of the weights reordered into oneDNN's blocked layout when a block first
+  needs it (`torch.ops.mkldnn`, what torch.compile's CPU backend uses). 24-31 ms for any of 1-9 rows. The copy
+  costs the weights' size in memory again, kept while the weights live unchanged.
 
 Which wins depends on the CPU, the BLAS and the row count, so `auto` measures: `fast_cpu_linears(models,
 max_rows)` times the layouts over each model's own weights for 1..max_rows rows. Inside the block, every plain
@@ -21,6 +21,7 @@ that needs gradients or runs on a GPU.
 from __future__ import annotations
 
 import logging
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 LAYOUTS = ("torch", "rows_first", "prepacked")
 MODES = ("auto", *LAYOUTS)
 _plans: dict[tuple, dict] = {}  # calibrations, by the weights' shapes, dtype and thread count
+_packs: dict[int, tuple] = {}  # id(weight) -> (weak reference to it, its version, its prepacked copy)
 
 
 def rows_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -56,6 +58,24 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`prepack(weight)`, kept while the weight lives unchanged (its version counter), so that a block entered per
+    prompt does not reorder the target's weights every time."""
+    version = _version(weight)
+    hit = _packs.get(id(weight))
+    if hit is None or hit[0]() is not weight or version is None or hit[1] != version:
+        gone = lambda _, key=id(weight): _packs.pop(key, None)  # noqa: E731
+        hit = _packs[id(weight)] = (weakref.ref(weight, gone), version, prepack(weight))
+    return hit[2]
+
+
+def _version(weight: torch.Tensor) -> int | None:
+    try:
+        return weight._version
+    except RuntimeError:  # inference tensors keep no version counter: never reuse their packs
+        return None
+
+
 def prepacked_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)` with `packed = prepack(weight)`."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
@@ -72,7 +92,7 @@ class FastLinear(nn.Linear):
         layout = self._layout.get(rows)
         if layout is None or (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)):
             return super().forward(x)
-        if layout == "prepacked":
+        if layout == "prepacked" and not torch.compiler.is_compiling():  # dynamo can't trace oneDNN's packed weights
             return prepacked_linear(x, self._packed, self.bias)
         return rows_first_linear(x, self.weight, self.bias)
 
@@ -144,14 +164,11 @@ def fast_cpu_linears(models, max_rows: int, mode: str = "auto"):
             plan = plan_for(model, max_rows, mode)
             plans.append(plan)
             chosen = {rows: name for rows, name in enumerate(plan["layout"], 1) if name != "torch"}
-            packed: dict[int, torch.Tensor] = {}  # tied weights packed once
             for layer in _linears(model) if chosen else []:
                 layer.__class__ = FastLinear
                 layer._layout = chosen
                 if "prepacked" in chosen.values():
-                    if id(layer.weight) not in packed:
-                        packed[id(layer.weight)] = prepack(layer.weight)
-                    layer._packed = packed[id(layer.weight)]
+                    layer._packed = packed_weight(layer.weight)  # tied weights: packed once
                 swapped.append(layer)
         yield plans
     finally:

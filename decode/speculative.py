@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
+from decode.compiled import static_decoding
 from decode.sampling import accept_reject, greedy_accept, logits_to_probs, sample
 
 
@@ -45,15 +46,22 @@ class Generation:
 
 
 class CachedLM:
-    """A causal LM with its KV cache; `length` tokens are cached, addressed by absolute position."""
+    """A causal LM with its KV cache; `length` tokens are cached, addressed by absolute position.
 
-    def __init__(self, model):
+    Inside a `decode.compiled.compiled_decoding` block the cache is static and short passes are compiled; `role`
+    ("verify" or "draft") keeps a model that is both target and draft on two caches."""
+
+    def __init__(self, model, role: str = "verify"):
         self.model = model
+        self.role = role
+        self.static = None
         self.cache = None
         self.length = 0
 
+    @torch.inference_mode()  # static caches are inference tensors: emptying them in place needs the same mode
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.static = static_decoding(self.model)
+        self.cache = self.static.cache(self.role) if self.static else DynamicCache(config=self.model.config)
         self.length = 0
 
     @torch.inference_mode()
@@ -62,11 +70,15 @@ class CachedLM:
         shape (keep, V), fp32, left on the model's device (no full-vocabulary copy to the host per step).
         The LM head runs only on those positions."""
         keep = len(ids) if keep is None else keep
-        out = self.model(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache, use_cache=True,
-                         logits_to_keep=keep)
+        if self.static:
+            logits = self.static.forward(ids, self.length, self.cache, keep)
+        else:
+            logits = self.model(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache,
+                                use_cache=True, logits_to_keep=keep).logits[0]
         self.length += len(ids)
-        return out.logits[0, -keep:].float()
+        return logits[-keep:].float()
 
+    @torch.inference_mode()
     def rollback(self, keep: int) -> None:
         """Forget every cached position >= keep (transformers 5 `crop` takes minus the count to drop)."""
         if self.length > keep:
@@ -98,7 +110,7 @@ class DraftModelProposer:
     """A small causal LM drafts gamma tokens autoregressively from its own KV cache."""
 
     def __init__(self, draft):
-        self.lm = CachedLM(draft)
+        self.lm = CachedLM(draft, role="draft")
 
     def start(self, prompt):
         self.lm.reset()

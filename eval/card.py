@@ -12,12 +12,13 @@ from pathlib import Path
 
 
 def _layout(e: dict) -> str:
-    """The CPU matmul layout the decoder used (decode/fast_linear.py) and whether the draft ran with int8 weights
-    (decode/quantize.py), where recorded."""
+    """The CPU matmul layout the decoder used (decode/fast_linear.py), whether the draft ran with int8 weights
+    (decode/quantize.py) and whether passes were compiled (decode/compiled.py), where recorded."""
+    compiled = ", compiled passes on static caches" if e.get("compiled") else ""
     if "cuda" in str(e.get("device")):
-        return ""
+        return compiled
     return (f", cpu_matmul={e['cpu_matmul']}" if e.get("cpu_matmul") else "") + (
-        ", draft weights int8 while decoding" if e.get("draft_int8") else "")
+        ", draft weights int8 while decoding" if e.get("draft_int8") else "") + compiled
 
 
 def _row(e: dict) -> str:

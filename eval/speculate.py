@@ -3,6 +3,7 @@
     python eval/speculate.py drafts=[outputs/distill/<run>/export] domains=[general,medical] gamma=[1,2,4] \
         temperature=[0,1.0] max_new_tokens=128 n_prompts=8 out=outputs/speculate/mine
     python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model
+    python eval/speculate.py drafts=[...] compile=true   # static KV caches + torch.compile (CUDA graphs on GPUs)
 
 Writes results.json (one record per draft x domain x gamma x temperature), results.md and plots to `out`.
 """
@@ -20,6 +21,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import measure_costs
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
@@ -135,7 +137,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                          cache_dir=cfg.cache_dir, device=cfg.device)
     quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
-    max_gamma = max([g for g in gammas if g != "auto"] + [cfg.max_auto_gamma])
+    # The cost model spans gamma = 1..max_auto_gamma, so its verdict can name a gamma not asked for; compiled,
+    # every pass shape compiles first, so it spans the gammas asked for (and max_auto_gamma with gamma=auto).
+    asked = [g for g in gammas if g != "auto"] + ([cfg.max_auto_gamma] if "auto" in gammas else [])
+    max_gamma = max(asked) if cfg.compile else max(asked + [cfg.max_auto_gamma])
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
                   "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
                   "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
@@ -143,7 +148,13 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
                   "top_k": cfg.top_k, "top_p": cfg.top_p, "draft_quant": quant,
                   "costs": {}}
-    with fast_cpu_linears([target, *drafts.values()], max_gamma + 1, cfg.cpu_matmul) as plans:
+    models = [target, *drafts.values()]
+    max_len = run_length([encode_prompt(tokenizer, p) for d in cfg.domains
+                          for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file)], cfg.max_new_tokens, max_gamma)
+    conditions["compile"] = {"enabled": bool(cfg.compile), "max_len": max_len if cfg.compile else None,
+                             "mode": compile_mode(target.device) if cfg.compile else None}
+    with fast_cpu_linears(models, max_gamma + 1, cfg.cpu_matmul) as plans, \
+            compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
         records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions)
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
@@ -162,6 +173,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,
                           "threads": conditions["threads"], "device": conditions["device"],
                           "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
+                          "compiled": bool(cfg.compile),
                           "source": "eval/speculate.py"} for r in records if r["draft"] == name]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))

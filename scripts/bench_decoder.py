@@ -9,7 +9,9 @@ both in place (`hf_assisted_our_kernels`), which separates what those kernels bu
 
 Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups, whether outputs are identical to
 the target's own greedy output and our speculative runs' acceptance rate alpha; saves JSON to `out`. With an int8
-draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed.
+draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed. With `compile=true`,
+`ours_*_compiled` run our decoder again on static KV caches with compiled passes (decode/compiled.py; CUDA graphs
+on a GPU); the warm-up pass compiles them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from decode.compiled import CompiledDecoding, run_length
 from decode.fast_linear import fast_cpu_linears, plan_for
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
@@ -68,6 +71,14 @@ def with_layout(run, models, max_rows: int, mode: str):
     return wrapped
 
 
+def with_compiled(run, session: CompiledDecoding):
+    """`run` with decode/compiled.py's static caches and compiled passes (one session: caches kept between runs)."""
+    def wrapped(prompt, max_new, eos):
+        with session.active():
+            return run(prompt, max_new, eos)
+    return wrapped
+
+
 def measure(methods: dict, prompts, max_new, eos, repeats, after_warmup=lambda: None) -> dict:
     """Each method decodes every prompt `repeats` times, interleaved (method A, B, C, D, then again), so drift
     on a shared machine hits all methods alike. tokens/s is the median over passes."""
@@ -108,6 +119,13 @@ def bench(cfg: DictConfig) -> dict:
         methods["ours_speculative_float_draft"] = with_layout(
             ours(target, draft, cfg.gamma, steps["ours_speculative_float_draft"]), [target, draft], max_rows,
             cfg.cpu_matmul)
+    if cfg.compile:  # the same two runs again, with static caches and compiled passes
+        session = CompiledDecoding([target, fast_draft], run_length(prompts, cfg.max_new_tokens, cfg.gamma), max_rows)
+        steps["ours_speculative_compiled"] = []
+        for name, run in (("ours_target_only_compiled", ours(target, None, 0)),
+                          ("ours_speculative_compiled", ours(target, fast_draft, cfg.gamma,
+                                                             steps["ours_speculative_compiled"]))):
+            methods[name] = with_compiled(with_layout(run, [target, fast_draft], max_rows, cfg.cpu_matmul), session)
     plans = [plan_for(m, max_rows, cfg.cpu_matmul) for m in (target, fast_draft)]  # times the layouts once (cached)
     layout = dict(zip(["target", "draft"], plans))
     if quant["quantized"]:
@@ -135,6 +153,11 @@ def bench(cfg: DictConfig) -> dict:
     where = target.device if target.device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}, {len(prompts)} {cfg.domain} prompts, "
           f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
+    compiled = (results["ours_speculative_compiled"]["tok_s"] / results["hf_assisted"]["tok_s"]
+                if "ours_speculative_compiled" in results else None)
+    if compiled is not None:
+        print(f"ours_speculative_compiled / hf_assisted = {compiled:.2f}x   (static caches + torch.compile, "
+              f"decode/compiled.py)")
     if same is not None:
         print(f"ours_speculative / hf_assisted_our_kernels = {same:.2f}x   (both with the target's layouts by row "
               f"count {layout['target']['layout']}, draft int8: {quant['quantized']})")
@@ -146,7 +169,7 @@ def bench(cfg: DictConfig) -> dict:
                   "gpu": torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None,
                   "cpu_matmul_plans": layout, "draft_quant_plan": quant}
     result = {"conditions": conditions, "rows": rows, "ours_vs_hf_assisted": ratio,
-              "ours_vs_hf_assisted_our_kernels": same}
+              "ours_vs_hf_assisted_our_kernels": same, "ours_compiled_vs_hf_assisted": compiled}
     (out / "bench_decoder.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out / 'bench_decoder.json'}")
     return result

@@ -73,6 +73,20 @@ def test_self_draft_and_gamma_auto(tmp_path, tiny_target_dir):
     assert r["alpha"] == 1.0 and r["gamma_setting"].startswith("auto:")
 
 
+def test_compiled_decoding_gives_the_same_tokens_and_is_recorded(tmp_path, tiny_target_dir, tiny_draft_dir):
+    import shutil
+
+    folder = tmp_path / "draft"
+    shutil.copytree(tiny_draft_dir, folder)
+    (r,) = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "domains=[general]", "compile=true",
+                             "update_card=true"))
+    assert r["greedy_identical"] is True and 0 <= r["alpha"] <= 1
+    saved = json.loads((tmp_path / "eval" / "results.json").read_text())["conditions"]
+    assert saved["compile"]["enabled"] and saved["compile"]["max_len"] >= 12
+    assert len(saved["costs"][str(folder)]["target_pass_s"]) == 3  # compiled: the gammas asked for, not 1..8
+    assert "compiled passes on static caches" in (folder / "README.md").read_text()
+
+
 def test_bad_eval_settings_fail_before_work(tmp_path, tiny_target_dir, tiny_draft_dir):
     with pytest.raises(ValueError, match="gamma"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[0]"))

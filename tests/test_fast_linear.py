@@ -128,15 +128,34 @@ def test_bench_decoder_runs_every_method_and_outputs_agree(tmp_path, tiny_target
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("bench_decoder", overrides=[f"target={tiny_target_dir}", f"draft={tiny_draft_dir}", "gamma=2",
                                                   "n_prompts=2", "max_new_tokens=8", "repeats=1",
-                                                  "cpu_matmul=rows_first", "draft_quant=int8",
+                                                  "cpu_matmul=rows_first", "draft_quant=int8", "compile=true",
                                                   f"out={tmp_path / 'bench'}"])
     result = script.bench(cfg)
     methods = {r["method"]: r for r in result["rows"]}
     assert set(methods) == {"ours_target_only", "ours_speculative", "hf_target_only", "hf_assisted",
-                            "hf_assisted_our_kernels", "ours_speculative_float_draft"}
+                            "hf_assisted_our_kernels", "ours_speculative_float_draft", "ours_target_only_compiled",
+                            "ours_speculative_compiled"}
     assert all(r["identical_to_target_greedy"] and r["tok_s"] > 0 for r in methods.values())
     assert result["conditions"]["cpu_matmul_plans"]["target"]["layout"] == ["rows_first"] * 3
     assert result["conditions"]["draft_quant_plan"]["quantized"]  # ours and hf_assisted_our_kernels: int8 draft
-    assert all(0 <= methods[m]["alpha"] <= 1 for m in ("ours_speculative", "ours_speculative_float_draft"))
+    assert all(0 <= methods[m]["alpha"] <= 1 for m in ("ours_speculative", "ours_speculative_float_draft",
+                                                        "ours_speculative_compiled"))
+    assert methods["ours_speculative_compiled"]["alpha"] == methods["ours_speculative"]["alpha"]
+    assert result["ours_compiled_vs_hf_assisted"] > 0
     assert methods["hf_assisted"]["alpha"] is None
     assert (tmp_path / "bench" / "bench_decoder.json").is_file()
+
+
+@needs_onednn
+def test_packs_are_reused_until_the_weight_changes():
+    layer = nn.Linear(8, 5)
+    with fast_cpu_linears([layer], max_rows=2, mode="prepacked"):
+        first = layer._packed
+    with fast_cpu_linears([layer], max_rows=2, mode="prepacked"):
+        assert layer._packed is first  # a block per prompt reorders nothing again
+    with torch.no_grad():
+        layer.weight.add_(1.0)
+    x = torch.randn(2, 8)
+    with fast_cpu_linears([layer], max_rows=2, mode="prepacked"), torch.no_grad():
+        assert layer._packed is not first
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,89 @@
+"""Compiled decoding on static caches (decode/compiled.py): same tokens as eager decoding, caches per role,
+clear errors. torch.compile on CPU takes a few seconds per shape for these tiny models."""
+
+import pytest
+import torch
+
+from conftest import make_model
+from decode.compiled import compiled_decoding, run_length, static_decoding
+from decode.fast_linear import fast_cpu_linears
+from decode.quantize import quantize_draft
+from decode.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, generate
+
+V = 300
+PROMPT = [7, 11, 13, 40, 90, 5, 17]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_model(V, layers=3, hidden=32, seed=1, init=0.3), make_model(V, layers=1, hidden=32, seed=2, init=0.3)
+
+
+def test_greedy_output_and_acceptance_identical_to_eager(pair):
+    target, draft = pair
+    eager_only = generate(target, NoProposer(), PROMPT, 0, 20).tokens
+    eager = generate(target, DraftModelProposer(draft), PROMPT, 3, 20)
+    with compiled_decoding([target, draft], max_len=64, max_rows=4):
+        assert static_decoding(target) is not None
+        only = generate(target, NoProposer(), PROMPT, 0, 20).tokens
+        spec = generate(target, DraftModelProposer(draft), PROMPT, 3, 20)
+        again = generate(target, DraftModelProposer(draft), PROMPT[:4], 3, 20)  # caches reused, emptied
+    assert static_decoding(target) is None
+    assert only == eager_only == spec.tokens == eager.tokens
+    assert [(s.drafted, s.accepted) for s in spec.steps] == [(s.drafted, s.accepted) for s in eager.steps]
+    assert again.tokens == generate(target, DraftModelProposer(draft), PROMPT[:4], 3, 20).tokens
+
+
+def test_logits_after_rollback_equal_a_fresh_pass(pair):
+    target, _ = pair
+    with compiled_decoding([target], max_len=32, max_rows=3):
+        lm = CachedLM(target)
+        lm.reset()
+        lm.extend(PROMPT)
+        lm.extend([1, 2, 3])
+        lm.rollback(len(PROMPT))  # the stale three stay in the static cache, past the write position
+        after = lm.extend([50, 60])
+    fresh = CachedLM(target)
+    fresh.reset()
+    fresh.extend(PROMPT)
+    torch.testing.assert_close(after, fresh.extend([50, 60]), rtol=1e-4, atol=1e-4)
+
+
+def test_target_as_its_own_draft_keeps_two_caches(pair):
+    target, _ = pair
+    with compiled_decoding([target], max_len=64, max_rows=3):
+        gen = generate(target, DraftModelProposer(target), PROMPT, 2, 12)
+    assert all(s.accepted == s.drafted for s in gen.steps)
+    assert gen.tokens == generate(target, NoProposer(), PROMPT, 0, 12).tokens
+
+
+def test_sampling_with_the_matmul_layouts_and_an_int8_draft(pair):
+    target, draft = pair
+    fast_draft, _ = quantize_draft(draft, "int8", copy=True)
+    params = SamplingParams(temperature=1.0)
+    with fast_cpu_linears([target, fast_draft], max_rows=3), compiled_decoding([target, fast_draft], 64, 3):
+        gen = generate(target, DraftModelProposer(fast_draft), PROMPT, 2, 16, params,
+                       generator=torch.Generator().manual_seed(0))
+    assert len(gen.tokens) == 16 and all(0 <= t < V for t in gen.tokens)
+    assert all(0 <= s.accepted <= s.drafted for s in gen.steps)
+
+
+def test_overflow_and_bad_sizes_fail_naming_the_fix(pair):
+    target, _ = pair
+    with compiled_decoding([target], max_len=16, max_rows=2):
+        with pytest.raises(ValueError, match="larger max_len"):
+            generate(target, NoProposer(), PROMPT, 0, 20)
+    with pytest.raises(ValueError, match="max_len"):
+        with compiled_decoding([target], max_len=1, max_rows=2):
+            pass
+
+
+def test_disabled_block_changes_nothing(pair):
+    target, _ = pair
+    with compiled_decoding([target], max_len=64, max_rows=2, enabled=False):
+        assert static_decoding(target) is None
+
+
+def test_run_length_fits_prompts_new_tokens_and_one_verification():
+    assert run_length([[1] * 10, [1] * 70], 100, 3) == 192  # 70 + 100 + 4 = 174, rounded up to 64s
+    assert run_length([[1]], 63, 0) == 128
