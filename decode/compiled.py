@@ -33,12 +33,17 @@ def compile_mode(device: torch.device) -> str:
     return "reduce-overhead" if device.type == "cuda" else "default"
 
 
+def static_pass(model, ids: torch.Tensor, positions: torch.Tensor, cache: StaticCache, keep: int) -> torch.Tensor:
+    """One forward pass writing `ids` at `positions` of a static cache; logits of the last `keep`, (1, keep, V)."""
+    return model(input_ids=ids, cache_position=positions, position_ids=positions.unsqueeze(0), cache=cache,
+                 use_cache=True, logits_to_keep=keep).logits
+
+
 def compiled_forward(model, mode: str):
-    """`torch.compile` of one static-cache forward pass of `model`. Dynamo keeps compiled graphs per code object
-    and guards, so a later block over the same model reuses them."""
-    def forward(ids: torch.Tensor, positions: torch.Tensor, cache: StaticCache, keep: int) -> torch.Tensor:
-        return model(input_ids=ids, cache_position=positions, position_ids=positions.unsqueeze(0), cache=cache,
-                     use_cache=True, logits_to_keep=keep).logits
+    """`torch.compile` of `static_pass` for `model`. Dynamo keeps compiled graphs per code object and guards, so a
+    later block over the same model reuses them."""
+    def forward(ids, positions, cache, keep):
+        return static_pass(model, ids, positions, cache, keep)
     return torch.compile(forward, fullgraph=True, dynamic=False, mode=mode)
 
 
@@ -67,10 +72,10 @@ class StaticDecoding:
         x = torch.tensor([ids], device=self.device)
         positions = torch.arange(start, start + len(ids), device=self.device)
         if len(ids) > self.max_rows:  # prompts: one eager pass each, any length
-            return self.model(input_ids=x, cache_position=positions, position_ids=positions.unsqueeze(0),
-                              cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
-        if self.device.type == "cuda":  # a new step: earlier CUDA-graph outputs may be overwritten
-            torch.compiler.cudagraph_mark_step_begin()
+            return static_pass(self.model, x, positions, cache, keep)[0]
+        if self.device.type != "cuda":
+            return self.compiled(x, positions, cache, keep)[0]
+        torch.compiler.cudagraph_mark_step_begin()  # a new step: the graph's output buffers get reused
         return self.compiled(x, positions, cache, keep)[0].clone()
 
 

@@ -61,11 +61,12 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """`prepack(weight)`, kept while the weight lives unchanged (its version counter), so that a block entered per
     prompt does not reorder the target's weights every time."""
-    version = _version(weight)
-    hit = _packs.get(id(weight))
+    key, version = id(weight), _version(weight)
+    hit = _packs.get(key)
     if hit is None or hit[0]() is not weight or version is None or hit[1] != version:
-        gone = lambda _, key=id(weight): _packs.pop(key, None)  # noqa: E731
-        hit = _packs[id(weight)] = (weakref.ref(weight, gone), version, prepack(weight))
+        def forget(_ref, key=key):  # the weight is gone: so is its pack
+            _packs.pop(key, None)
+        hit = _packs[key] = (weakref.ref(weight, forget), version, prepack(weight))
     return hit[2]
 
 

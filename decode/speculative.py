@@ -70,7 +70,7 @@ class CachedLM:
         shape (keep, V), fp32, left on the model's device (no full-vocabulary copy to the host per step).
         The LM head runs only on those positions."""
         keep = len(ids) if keep is None else keep
-        if self.static:
+        if self.static is not None:
             logits = self.static.forward(ids, self.length, self.cache, keep)
         else:
             logits = self.model(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache,
