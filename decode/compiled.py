@@ -56,6 +56,7 @@ class StaticDecoding:
         self.device = next(model.parameters()).device
         self.compiled = compiled_forward(model, compile_mode(self.device))
         self.caches: dict[str, StaticCache] = {}
+        self.shapes: set[tuple[int, int]] = set()  # (tokens, logits kept) passes run so far
 
     def cache(self, role: str) -> StaticCache:
         """The role's cache, emptied (same tensors, so compiled graphs and CUDA graphs stay valid)."""
@@ -73,6 +74,11 @@ class StaticDecoding:
         positions = torch.arange(start, start + len(ids), device=self.device)
         if len(ids) > self.max_rows:  # prompts: one eager pass each, any length
             return static_pass(self.model, x, positions, cache, keep)[0]
+        if (len(ids), keep) not in self.shapes:  # compiling takes seconds to a minute: say so
+            self.shapes.add((len(ids), keep))
+            log.info("compile=true: first %d-token pass of %s (%.0fM parameters) in this block: compiling it, unless "
+                     "this process already did", len(ids),
+                     type(self.model).__name__, sum(p.numel() for p in self.model.parameters()) / 1e6)
         if self.device.type != "cuda":
             return self.compiled(x, positions, cache, keep)[0]
         torch.compiler.cudagraph_mark_step_begin()  # a new step: the graph's output buffers get reused

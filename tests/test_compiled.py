@@ -87,3 +87,11 @@ def test_disabled_block_changes_nothing(pair):
 def test_run_length_fits_prompts_new_tokens_and_one_verification():
     assert run_length([[1] * 10, [1] * 70], 100, 3) == 192  # 70 + 100 + 4 = 174, rounded up to 64s
     assert run_length([[1]], 63, 0) == 128
+
+
+def test_each_new_pass_shape_is_announced_once(pair, caplog):
+    target, _ = pair
+    with caplog.at_level("INFO", logger="decode.compiled"), compiled_decoding([target], max_len=64, max_rows=2):
+        generate(target, NoProposer(), PROMPT, 0, 6)
+        generate(target, NoProposer(), PROMPT, 0, 6)
+    assert sum("first 1-token pass" in r.message for r in caplog.records) == 1
