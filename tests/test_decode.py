@@ -181,3 +181,23 @@ def test_cost_model():
     assert 1 <= g <= 8 and s == max(hardware_speedup(0.9, k, 0.05, flat) for k in range(1, 9))
     steep = [1.0 + k for k in range(9)]  # each extra verified token costs a whole step: never pays
     assert best_gamma(0.9, 0.05, steep)[1] < 1
+
+
+def test_cost_timings_run_between_untimed_and_draft_steps_follow_target_passes(pair):
+    import time
+
+    from decode.costs import measure_costs, median_seconds
+
+    calls = []
+    seconds = median_seconds(lambda: calls.append("fn"), 3,
+                             between=lambda: (calls.append("between"), time.sleep(0.05)))
+    assert calls == ["fn"] + ["between", "fn"] * 3 and seconds < 0.05
+    target, draft = pair
+    order = []
+    hooks = [model.register_forward_pre_hook(lambda *_, name=name: order.append(name))
+             for name, model in (("target", target), ("draft", draft))]
+    costs = measure_costs(target, draft, [5, 6, 7, 8], max_k=3, repeats=2)
+    for hook in hooks:
+        hook.remove()
+    assert len(costs["target_pass_s"]) == 3 and costs["draft_step_s"] > 0
+    assert order[-4:] == ["target", "draft", "target", "draft"]  # each timed draft step right after a target pass
