@@ -150,8 +150,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "costs": {}}
     models = [target, *drafts.values()]
     max_len = run_length([encode_prompt(tokenizer, p) for d in cfg.domains
-                          for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file)], cfg.max_new_tokens, max_gamma)
-    conditions["compile"] = {"enabled": bool(cfg.compile), "max_len": max_len if cfg.compile else None,
+                          for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file)],
+                         cfg.max_new_tokens, max_gamma) if cfg.compile else None  # static caches sized to the run
+    conditions["compile"] = {"enabled": bool(cfg.compile), "max_len": max_len,
                              "mode": compile_mode(target.device) if cfg.compile else None}
     with fast_cpu_linears(models, max_gamma + 1, cfg.cpu_matmul) as plans, \
             compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):

@@ -14,31 +14,21 @@ from decode.speculative import DraftModelProposer, NoProposer, generate
 V = 300
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 40), st.integers(1, 40), st.booleans(),
-       st.integers(0, 10_000))
-def test_rows_first_linear_is_linear(lead, k, n, bias, seed):
-    g = torch.Generator().manual_seed(seed)
-    x, w = torch.randn(*lead, k, generator=g), torch.randn(n, k, generator=g)
-    b = torch.randn(n, generator=g) if bias else None
-    out = rows_first_linear(x, w, b)
-    assert out.shape == (*lead, n) and out.is_contiguous()
-    torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
-
-
 needs_onednn = pytest.mark.skipif(not can_prepack(torch.zeros(1, 1)), reason="torch built without oneDNN")
+LAYOUT_FNS = [pytest.param(rows_first_linear, id="rows_first"),
+              pytest.param(lambda x, w, b: prepacked_linear(x, prepack(w), b), id="prepacked", marks=needs_onednn)]
 
 
-@needs_onednn
+@pytest.mark.parametrize("linear", LAYOUT_FNS)
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(1, 40), st.integers(1, 40), st.booleans(),
        st.integers(0, 10_000))
-def test_prepacked_linear_is_linear(lead, k, n, bias, seed):
+def test_each_layout_is_the_same_linear_map(linear, lead, k, n, bias, seed):
     g = torch.Generator().manual_seed(seed)
     x, w = torch.randn(*lead, k, generator=g), torch.randn(n, k, generator=g)
     b = torch.randn(n, generator=g) if bias else None
-    out = prepacked_linear(x, prepack(w), b)
-    assert out.shape == (*lead, n)
+    out = linear(x, w, b)
+    assert out.shape == (*lead, n) and out.is_contiguous()
     torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
 
 
