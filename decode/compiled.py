@@ -8,8 +8,8 @@ its keys and values in a transformers `StaticCache` of fixed length, and runs pa
 CUDA, CUDA graphs replayed per step. Prompts (longer passes) run eagerly into the same cache. Rolling back
 moves the cache's write position; stale entries past it are masked by position and overwritten.
 
-The first pass of each shape compiles (10-45 s per shape for the 135M target on this 2-core CPU); dynamo keeps
-the graphs for the process. Outputs agree with eager decoding to float32 rounding (tests: greedy output
+The first pass of each shape compiles (7-47 s per shape for the 135M target in the runs on this 2-core CPU);
+dynamo keeps the graphs for the process. Outputs agree with eager decoding to float32 rounding (tests: greedy output
 identical). Static caches attend over their whole length, so `max_len` is sized to the run, not to the model.
 
     with compiled_decoding([target, draft], max_len=512, max_rows=gamma + 1):
@@ -98,7 +98,10 @@ class CompiledDecoding:
         if max_len < 2 or max_rows < 1:
             raise ValueError(f"compiled decoding needs max_len >= 2 and max_rows >= 1, got {max_len} and {max_rows}.")
         self.decodings = {id(m): StaticDecoding(m, max_len, max_rows) for m in models}
-        self.max_len = max_len
+        if self.decodings:
+            log.info("compile=true: %d model(s) decode through static caches of %d tokens; the first pass of each "
+                     "shape compiles (torch.compile mode %s)", len(self.decodings), max_len,
+                     compile_mode(next(iter(self.decodings.values())).device))
 
     @contextmanager
     def active(self):
@@ -119,15 +122,7 @@ class CompiledDecoding:
 def compiled_decoding(models, max_len: int, max_rows: int, enabled: bool = True):
     """A block in which `CachedLM`s of these models decode through static caches of `max_len` tokens and compiled
     passes of up to `max_rows` tokens. A no-op when `enabled` is False."""
-    if not enabled:
-        return nullcontext()
-    session = CompiledDecoding(models, max_len, max_rows)
-    first = next(iter(session.decodings.values()), None)
-    if first is not None:
-        log.info("compile=true: %d model(s) decode through static caches of %d tokens; the first pass of each "
-                 "shape compiles (torch.compile mode %s)", len(session.decodings), max_len,
-                 compile_mode(first.device))
-    return session.active()
+    return CompiledDecoding(models, max_len, max_rows).active() if enabled else nullcontext()
 
 
 def run_length(prompts: list[list[int]], max_new_tokens: int, gamma: int, multiple: int = 64) -> int:
