@@ -4,6 +4,7 @@
         temperature=[0,1.0] max_new_tokens=128 n_prompts=8 out=outputs/speculate/mine
     python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model
     python eval/speculate.py drafts=[...] compile=true   # static KV caches + torch.compile (CUDA graphs on GPUs)
+    python eval/speculate.py drafts=[...] draft_vocab=null  # the draft's full LM head (default on CPU: first 8192 ids)
 
 Writes results.json (one record per draft x domain x gamma x temperature), results.md and plots to `out`.
 """
@@ -23,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import measure_costs
+from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from eval.card import write_card
@@ -135,6 +137,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     eos = eos_token_ids(tokenizer, target)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)
+    special = set(tokenizer.all_special_ids) | eos
+    vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special)[1] for name, draft in drafts.items()}
     quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     # The cost model spans gamma = 1..max_auto_gamma, so its verdict can name a gamma not asked for; compiled,
@@ -146,7 +150,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
-                  "top_k": cfg.top_k, "top_p": cfg.top_p, "draft_quant": quant,
+                  "top_k": cfg.top_k, "top_p": cfg.top_p, "draft_quant": quant, "draft_vocab": vocab,
                   "costs": {}}
     models = [target, *drafts.values()]
     max_len = run_length([encode_prompt(tokenizer, p) for d in cfg.domains
@@ -174,11 +178,14 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,
                           "threads": conditions["threads"], "device": conditions["device"],
                           "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
+                          "draft_vocab": vocab[name]["size"] if vocab[name]["restricted"] else None,
                           "compiled": bool(cfg.compile),
                           "source": "eval/speculate.py"} for r in records if r["draft"] == name]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
     int8 = " (int8 weights)" if next(iter(quant.values()))["quantized"] else ""
+    head = next(iter(vocab.values()))
+    int8 += f" (head: {head['size']} of {head['vocab_size']} ids)" if head["restricted"] else ""
     print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms{int8}, target k-token pass "
           + ", ".join(f"k={k + 1}: {t * 1e3:.1f} ms" for k, t in enumerate(costs["target_pass_s"]))
           + f"; c = {costs['cost_ratio_c']:.3f}. At the best measured alpha the cost model's best gamma is {best[0]} "

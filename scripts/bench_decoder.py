@@ -1,15 +1,17 @@
 """Side by side, in one process, same prompts and gamma, greedy: target-only decoding, Draftsmith's
 speculative decoder, and transformers' generate() alone and with assistant_model=draft.
 
-Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`) and, on CPU, an int8 copy
-of the draft (decode/quantize.py, `draft_quant`); transformers runs stock, as a user gets it, and once more with
-both in place (`hf_assisted_our_kernels`), which separates what those kernels buy from what the decoding loop buys.
+Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`), a draft whose LM head keeps
+the first `draft_vocab` token ids (decode/draft_vocab.py) and, on CPU, int8 draft weights (decode/quantize.py,
+`draft_quant`); transformers runs stock, as a user gets it, and once more with all three in place
+(`hf_assisted_our_kernels`), which separates what those kernels buy from what the decoding loop buys.
 
     python scripts/bench_decoder.py draft=outputs/distill/<run>/export gamma=4 n_prompts=8 repeats=3
 
 Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups, whether outputs are identical to
 the target's own greedy output and our speculative runs' acceptance rate alpha; saves JSON to `out`. With an int8
-draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed. With `compile=true`,
+draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed, and with the draft's
+head cut to `draft_vocab` ids (decode/draft_vocab.py), `ours_speculative_full_head` what that changed. With `compile=true`,
 `ours_*_compiled` run our decoder again on static KV caches with compiled passes (decode/compiled.py; CUDA graphs
 on a GPU); the warm-up pass compiles them.
 """
@@ -27,6 +29,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from decode.compiled import CompiledDecoding, run_length
+from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears, plan_for
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
@@ -109,8 +112,10 @@ def bench(cfg: DictConfig) -> dict:
     eos = {tokenizer.eos_token_id}
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
     max_rows = cfg.gamma + 1  # a verification pass feeds the target gamma + 1 tokens
-    fast_draft, quant = quantize_draft(draft, cfg.draft_quant, copy=True)  # `draft` itself stays float
-    steps = {"ours_speculative": [], "ours_speculative_float_draft": []}
+    special = set(tokenizer.all_special_ids) | eos
+    small_head, vocab = restrict_vocab(draft, cfg.draft_vocab, special, copy=True)  # `draft` itself stays as loaded
+    fast_draft, quant = quantize_draft(small_head, cfg.draft_quant, copy=small_head is draft)
+    steps = {"ours_speculative": [], "ours_speculative_float_draft": [], "ours_speculative_full_head": []}
     methods = {"ours_target_only": with_layout(ours(target, None, 0), [target], max_rows, cfg.cpu_matmul),
                "ours_speculative": with_layout(ours(target, fast_draft, cfg.gamma, steps["ours_speculative"]),
                                                [target, fast_draft], max_rows, cfg.cpu_matmul),
@@ -118,6 +123,11 @@ def bench(cfg: DictConfig) -> dict:
     if quant["quantized"]:  # what the int8 draft buys, in the same run
         methods["ours_speculative_float_draft"] = with_layout(
             ours(target, draft, cfg.gamma, steps["ours_speculative_float_draft"]), [target, draft], max_rows,
+            cfg.cpu_matmul)
+    if vocab["restricted"]:  # what the smaller draft head buys, in the same run (int8 as configured)
+        full_head = quantize_draft(draft, cfg.draft_quant, copy=True)[0]
+        methods["ours_speculative_full_head"] = with_layout(
+            ours(target, full_head, cfg.gamma, steps["ours_speculative_full_head"]), [target, full_head], max_rows,
             cfg.cpu_matmul)
     if cfg.compile:  # the same two runs again, with static caches and compiled passes
         session = CompiledDecoding([target, fast_draft], run_length(prompts, cfg.max_new_tokens, cfg.gamma), max_rows)
@@ -130,7 +140,7 @@ def bench(cfg: DictConfig) -> dict:
     layout = dict(zip(["target", "draft"], plans))
     if quant["quantized"]:
         layout["float_draft"] = plan_for(draft, max_rows, cfg.cpu_matmul)
-    if any(set(p["layout"]) != {"torch"} for p in plans) or quant["quantized"]:
+    if any(set(p["layout"]) != {"torch"} for p in plans) or quant["quantized"] or vocab["restricted"]:
         methods["hf_assisted_our_kernels"] = with_layout(hf(target, fast_draft, cfg.gamma), [target, fast_draft],
                                                          max_rows, cfg.cpu_matmul)
     results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats,
@@ -167,7 +177,7 @@ def bench(cfg: DictConfig) -> dict:
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "device": str(target.device),
                   "gpu": torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None,
-                  "cpu_matmul_plans": layout, "draft_quant_plan": quant}
+                  "cpu_matmul_plans": layout, "draft_quant_plan": quant, "draft_vocab_plan": vocab}
     result = {"conditions": conditions, "rows": rows, "ours_vs_hf_assisted": ratio,
               "ours_vs_hf_assisted_our_kernels": same, "ours_compiled_vs_hf_assisted": compiled}
     (out / "bench_decoder.json").write_text(json.dumps(result, indent=1))

@@ -52,12 +52,16 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     write_card(folder)
     assert "Not measured yet" in (folder / "README.md").read_text()
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "update_card=true",
-                                "draft_quant=int8"))
+                                "draft_quant=int8", "draft_vocab=64"))
     card = (folder / "README.md").read_text()
     assert "Not measured yet" not in card
     assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
     assert card.count("cpu_matmul=auto") == len(records)  # the decoder's CPU matmul layout is a condition
     assert card.count("draft weights int8 while decoding") == len(records)  # and so are the draft's int8 weights
+    assert card.count("draft head over the first 64 token ids") == len(records)  # and its cut head
+    assert all(r["greedy_identical"] for r in records)
+    saved = json.loads((tmp_path / "eval" / "results.json").read_text())["conditions"]
+    assert saved["draft_vocab"][str(folder)] == {"size": 64, "restricted": True, "vocab_size": 320}
 
 
 def test_wandb_offline_run_holds_the_table(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch):

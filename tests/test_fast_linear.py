@@ -119,17 +119,18 @@ def test_bench_decoder_runs_every_method_and_outputs_agree(tmp_path, tiny_target
         cfg = compose("bench_decoder", overrides=[f"target={tiny_target_dir}", f"draft={tiny_draft_dir}", "gamma=2",
                                                   "n_prompts=2", "max_new_tokens=8", "repeats=1",
                                                   "cpu_matmul=rows_first", "draft_quant=int8", "compile=true",
-                                                  f"out={tmp_path / 'bench'}"])
+                                                  "draft_vocab=64", f"out={tmp_path / 'bench'}"])
     result = script.bench(cfg)
     methods = {r["method"]: r for r in result["rows"]}
     assert set(methods) == {"ours_target_only", "ours_speculative", "hf_target_only", "hf_assisted",
                             "hf_assisted_our_kernels", "ours_speculative_float_draft", "ours_target_only_compiled",
-                            "ours_speculative_compiled"}
+                            "ours_speculative_compiled", "ours_speculative_full_head"}
     assert all(r["identical_to_target_greedy"] and r["tok_s"] > 0 for r in methods.values())
     assert result["conditions"]["cpu_matmul_plans"]["target"]["layout"] == ["rows_first"] * 3
     assert result["conditions"]["draft_quant_plan"]["quantized"]  # ours and hf_assisted_our_kernels: int8 draft
+    assert result["conditions"]["draft_vocab_plan"]["restricted"]  # ours: a 64-id draft head, full_head: all ids
     assert all(0 <= methods[m]["alpha"] <= 1 for m in ("ours_speculative", "ours_speculative_float_draft",
-                                                        "ours_speculative_compiled"))
+                                                        "ours_speculative_compiled", "ours_speculative_full_head"))
     assert methods["ours_speculative_compiled"]["alpha"] == methods["ours_speculative"]["alpha"]
     assert result["ours_compiled_vs_hf_assisted"] > 0
     assert methods["hf_assisted"]["alpha"] is None

@@ -35,8 +35,9 @@ def tiny_overrides(tmp_path, tiny_target_dir, text_file, *extra) -> list[str]:
 
 
 def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_file):
-    # spec_eval decodes with an int8 copy of the draft: the checkpoint and export below must stay float
-    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "spec_eval.draft_quant=int8"))
+    # spec_eval decodes with an int8 copy of the draft with a cut head: the checkpoint and export must stay as trained
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "spec_eval.draft_quant=int8",
+                             "spec_eval.draft_vocab=64"))
     run = tmp_path / "run"
     assert summary["steps"] == 3
     assert json.loads((run / "summary.json").read_text())["export"] == str(run / "export")
@@ -62,6 +63,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     assert card.startswith("# export: a speculative-decoding draft for")
     assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
     assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
+    assert "draft head over the first 64 token ids" in card and exported.lm_head.out_features == len(tokenizer)
 
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")
@@ -200,8 +202,8 @@ def test_lora_fine_tuning_trains_adapters_only_and_exports_a_merged_plain_model(
     base = AutoModelForCausalLM.from_pretrained(general["export"]).eval()
     summary = train(tiny_cfg(tmp_path / "lora", tiny_target_dir, text_file, "model/draft=pretrained",
                              f"model.draft.name_or_path={general['export']}", "lora.enabled=true", "lora.r=4",
-                             "optim.lr=1e-2"))
-    assert 0 <= summary["after"]["val/alpha"] <= 1  # speculative decoding ran with the adapters in place
+                             "optim.lr=1e-2", "spec_eval.draft_vocab=64"))
+    assert 0 <= summary["after"]["val/alpha"] <= 1  # speculative decoding ran with the adapters (and a cut head)
     ckpt = read_checkpoint(tmp_path / "lora" / "run" / "checkpoints" / "last.ckpt")
     assert ckpt["draftsmith"]["lora"]["r"] == 4
     assert any("lora_A" in k for k in ckpt["state_dict"])

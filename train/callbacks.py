@@ -12,6 +12,7 @@ import logging
 import lightning as L
 import torch
 
+from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
@@ -23,20 +24,24 @@ log = logging.getLogger(__name__)
 class SpeculativeEval(L.Callback):
     def __init__(self, prompts: list[list[int]], gamma: int = 4, max_new_tokens: int = 32,
                  every_n_validations: int = 1, temperature: float = 0.0, eos_token_ids: set[int] | None = None,
-                 seed: int = 0, cpu_matmul: str = "auto", draft_quant: str = "auto"):
+                 seed: int = 0, cpu_matmul: str = "auto", draft_quant: str = "auto", draft_vocab: int | str | None = None,
+                 special_ids=()):
         if gamma < 1 or max_new_tokens < 1 or every_n_validations < 1 or not prompts:
             raise ValueError("spec_eval needs prompts, gamma >= 1, max_new_tokens >= 1 and every_n_validations >= 1.")
         self.prompts, self.gamma, self.max_new_tokens = prompts, gamma, max_new_tokens
         self.every, self.params, self.eos, self.seed = every_n_validations, SamplingParams(temperature), eos_token_ids, seed
         self.cpu_matmul = cpu_matmul  # decode/fast_linear.py: the small-batch matmul layout on CPU
         self.draft_quant = draft_quant  # decode/quantize.py: decode with an int8 copy of the draft on CPU
+        self.draft_vocab, self.special_ids = draft_vocab, set(special_ids)  # decode/draft_vocab.py: a smaller head
         self._fit_validations = 0
         self.last: dict = {}
         self.measured_at_step = -1  # global step of the last measurement
 
     def measure(self, target, draft) -> dict:
         run = dict(max_new_tokens=self.max_new_tokens, params=self.params, eos_token_ids=self.eos, seed=self.seed)
-        draft, quant = quantize_draft(draft, self.draft_quant, copy=True)  # the trained weights stay as they are
+        trained = draft  # decoded from copies: the trained weights stay as they are
+        draft, vocab = restrict_vocab(draft, self.draft_vocab, self.special_ids, copy=True)
+        draft, quant = quantize_draft(draft, self.draft_quant, copy=draft is trained)
         with fast_cpu_linears([target, draft], self.gamma + 1, self.cpu_matmul):
             generate(target, DraftModelProposer(draft), self.prompts[0], self.gamma, 4)  # warm-up
             base = generate_all(target, NoProposer(), self.prompts, 0, **run)
@@ -47,7 +52,8 @@ class SpeculativeEval(L.Callback):
                 "target_tok_s": base_tok_s, "spec_tok_s": spec_tok_s, "gamma": self.gamma,
                 "n_prompts": len(self.prompts), "max_new_tokens": self.max_new_tokens,
                 "temperature": self.params.temperature, "threads": torch.get_num_threads(),
-                "cpu_matmul": self.cpu_matmul, "draft_int8": quant["quantized"]}
+                "cpu_matmul": self.cpu_matmul, "draft_int8": quant["quantized"],
+                "draft_vocab": vocab["size"] if vocab["restricted"] else None}
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if trainer.sanity_checking:

@@ -194,7 +194,8 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     return SpeculativeEval(prompts, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
                            every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
-                           seed=cfg.seed, cpu_matmul=s.cpu_matmul, draft_quant=s.draft_quant)
+                           seed=cfg.seed, cpu_matmul=s.cpu_matmul, draft_quant=s.draft_quant,
+                           draft_vocab=s.get("draft_vocab"), special_ids=set(tokenizer.all_special_ids) | eos)
 
 
 def metrics_table(before: dict, after: dict) -> str:
