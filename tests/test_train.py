@@ -298,3 +298,11 @@ def test_bf16_mixed_trains_end_to_end(tmp_path, tiny_target_dir, text_file):
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "trainer.precision=bf16-mixed",
                              "trainer.max_steps=2", "spec_eval.enabled=false", "export.enabled=false"))
     assert summary["steps"] == 2 and 0 <= summary["after"]["val/expected_accept"] <= 1
+
+
+def test_decoding_conditions_caption():
+    from train.distill import decoding_conditions
+
+    assert decoding_conditions({}) == ""
+    assert decoding_conditions({"draft_int8": True, "draft_vocab": 8192}) == (
+        ", int8 draft weights, draft head over the first 8192 token ids")

@@ -198,6 +198,12 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
                            draft_vocab=s.get("draft_vocab"), special_ids=set(tokenizer.all_special_ids) | eos)
 
 
+def decoding_conditions(measured: dict) -> str:
+    """What the callback's decoding ran with, for the before/after table's caption."""
+    return ((", int8 draft weights" if measured.get("draft_int8") else "")
+            + (f", draft head over the first {measured['draft_vocab']} token ids" if measured.get("draft_vocab") else ""))
+
+
 def metrics_table(before: dict, after: dict) -> str:
     rows = [f"{'metric':<22}{'before':>10}{'after':>10}"]
     for key in METRICS:
@@ -297,8 +303,7 @@ def train(cfg: DictConfig) -> dict:
     log.info("validation before/after training. Teacher-forced on held-out text: top1_agree (greedy acceptance "
              "proxy), expected_accept (sum_v min(p,q)), kl. Real speculative decoding on held-out prompts (greedy, "
              "gamma=%s%s): alpha, tau (+1 bonus token included), speedup vs target-only.\n%s",
-             cfg.spec_eval.gamma, ", int8 draft weights" if spec_eval and spec_eval.last.get("draft_int8") else "",
-             metrics_table(before, after))
+             cfg.spec_eval.gamma, decoding_conditions(spec_eval.last if spec_eval else {}), metrics_table(before, after))
     log.info("checkpoint: %s", last)
     if "export" in summary:
         log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])
