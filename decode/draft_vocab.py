@@ -82,7 +82,7 @@ def restrict_vocab(model, size: int | str | None, keep=(), copy: bool = False) -
     plan = {"size": size, "restricted": False, "vocab_size": vocab}
     if size is None or size == 0:
         return model, plan
-    if not isinstance(size, int) or size < 0:
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ValueError(f"draft_vocab must be auto, a positive integer or null (full head), got {size!r}.")
     if vocab is None:
         raise ValueError(f"draft_vocab needs a plain nn.Linear LM head, this draft has {type(head).__name__}. "

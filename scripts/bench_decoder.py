@@ -170,7 +170,8 @@ def bench(cfg: DictConfig) -> dict:
               f"decode/compiled.py)")
     if same is not None:
         print(f"ours_speculative / hf_assisted_our_kernels = {same:.2f}x   (both with the target's layouts by row "
-              f"count {layout['target']['layout']}, draft int8: {quant['quantized']})")
+              f"count {layout['target']['layout']}, draft int8: {quant['quantized']}, draft head: "
+              f"{vocab['size'] if vocab['restricted'] else 'full'})")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {**OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),

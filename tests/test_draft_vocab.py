@@ -58,6 +58,8 @@ def test_restrict_vocab_modes_and_errors(monkeypatch):
         restrict_vocab(small, 16)
     with pytest.raises(ValueError, match="auto, a positive integer or null"):
         restrict_vocab(draft, -3)
+    with pytest.raises(ValueError, match="positive integer or null"):
+        restrict_vocab(draft, True)
     with pytest.raises(ValueError, match="special tokens"):
         restrict_vocab(draft, 2, keep=[0, 1, 2])
 
