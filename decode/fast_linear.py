@@ -10,7 +10,8 @@ The three layouts, all `x @ W.T + b` to float32 rounding:
   costs the weights' size in memory again, kept while the weights live unchanged.
 
 Which wins depends on the CPU, the BLAS and the row count, so `auto` measures: `fast_cpu_linears(models,
-max_rows)` times the layouts over each model's own weights for 1..max_rows rows. Inside the block, every plain
+max_rows)` times the layouts over each model's own weights for 1..max_rows rows (taking turns pass by pass and
+keeping each layout's fastest pass, so load from elsewhere on a shared machine does not decide). Inside the block, every plain
 `nn.Linear` uses the fastest layout for each row count. Nothing changes outside the block, nor for anything
 that needs gradients or runs on a GPU.
 
@@ -21,6 +22,7 @@ that needs gradients or runs on a GPU.
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from contextlib import contextmanager
 
@@ -28,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decode.costs import median_seconds
 
 log = logging.getLogger(__name__)
 LAYOUTS = ("torch", "rows_first", "prepacked")
@@ -102,15 +103,26 @@ def _linears(model) -> list[nn.Linear]:
     return [m for m in model.modules() if type(m) is nn.Linear]
 
 
-def _sweep_seconds(weights: list[torch.Tensor], rows: int, fn, repeats: int) -> float:
-    """Median seconds of one pass of `fn` over every weight (what one decode step reads), after a warm-up."""
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
+def _sweep_ms(ways: dict, rows: int, repeats: int) -> dict[str, float]:
+    """Per layout, the fastest of `repeats` timed passes over every weight (what one decode step reads), after a
+    warm-up. The layouts take turns pass by pass, so a burst of load from elsewhere on a shared machine slows one
+    pass of each instead of every pass of one, and the minimum leaves it out."""
+    originals = ways["torch"][0]  # every way holds the same weights (a prepacked way: reordered copies), in order
+    by_width = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in originals}
+    xs = [by_width[w.shape[1]] for w in originals]
 
-    def sweep():
-        for w in weights:
-            fn(inputs[w.shape[1]], w)
+    def sweep(weights, fn):
+        for x, w in zip(xs, weights):
+            fn(x, w)
 
-    return median_seconds(sweep, repeats)
+    best = {name: float("inf") for name in ways}
+    for timed in [False] + [True] * repeats:
+        for name, (weights, fn) in ways.items():
+            start = time.perf_counter()
+            sweep(weights, fn)
+            if timed:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {name: round(seconds * 1e3, 2) for name, seconds in best.items()}
 
 
 @torch.inference_mode()
@@ -125,8 +137,8 @@ def calibrate(model, max_rows: int, repeats: int = 5, margin: float = 0.95) -> d
         ways = {"torch": (weights, F.linear), "rows_first": (weights, rows_first_linear)}
         if all(can_prepack(w) for w in weights):
             ways["prepacked"] = ([prepack(w) for w in weights], prepacked_linear)
-        ms = {name: [round(_sweep_seconds(ws, r, fn, repeats) * 1e3, 2) for r in range(1, max_rows + 1)]
-              for name, (ws, fn) in ways.items()}
+        by_rows = [_sweep_ms(ways, r, repeats) for r in range(1, max_rows + 1)]
+        ms = {name: [timing[name] for timing in by_rows] for name in ways}
         layout = []
         for i in range(max_rows):
             best = min(ms, key=lambda name: ms[name][i])
