@@ -11,8 +11,8 @@ The three layouts, all `x @ W.T + b` to float32 rounding:
 
 Which wins depends on the CPU, the BLAS and the row count, so `auto` measures: `fast_cpu_linears(models,
 max_rows)` times the layouts over each model's own weights for 1..max_rows rows (taking turns pass by pass and
-keeping each layout's fastest pass, so load from elsewhere on a shared machine does not decide). Inside the block, every plain
-`nn.Linear` uses the fastest layout for each row count. Nothing changes outside the block, nor for anything
+keeping each layout's fastest pass, so load from elsewhere on a shared machine does not decide). Inside the block,
+every plain `nn.Linear` uses the fastest layout for each row count. Nothing changes outside the block, nor for anything
 that needs gradients or runs on a GPU.
 
     with fast_cpu_linears([target, draft], max_rows=gamma + 1) as plan:
