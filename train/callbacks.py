@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 class SpeculativeEval(L.Callback):
     def __init__(self, prompts: list[list[int]], gamma: int = 4, max_new_tokens: int = 32,
                  every_n_validations: int = 1, temperature: float = 0.0, eos_token_ids: set[int] | None = None,
-                 seed: int = 0, cpu_matmul: str = "auto", draft_quant: str = "auto", draft_vocab: int | str | None = None,
-                 special_ids=()):
+                 seed: int = 0, cpu_matmul: str = "auto", draft_quant: str = "auto",
+                 draft_vocab: int | str | None = None, special_ids=()):
         if gamma < 1 or max_new_tokens < 1 or every_n_validations < 1 or not prompts:
             raise ValueError("spec_eval needs prompts, gamma >= 1, max_new_tokens >= 1 and every_n_validations >= 1.")
         self.prompts, self.gamma, self.max_new_tokens = prompts, gamma, max_new_tokens
