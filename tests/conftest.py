@@ -51,6 +51,20 @@ def make_model(vocab_size: int, layers: int = 2, hidden: int = 32, seed: int = 0
     return LlamaForCausalLM(config).eval()
 
 
+def first_token_tv(q: torch.Tensor, p: torch.Tensor, draws: int, seed: int = 1) -> float:
+    """Total variation between the target's law p[0] and the law of the first token `accept_reject` emits (the
+    first draft if kept, else the correction), over `draws` chains drafted from q (gamma, V)."""
+    from decode.sampling import accept_reject
+
+    counts = torch.zeros(p.shape[-1])
+    sampler = torch.Generator().manual_seed(seed)
+    for _ in range(draws):
+        drafted = torch.multinomial(q, 1, generator=sampler).squeeze(1)
+        n, nxt = accept_reject(drafted, q, p, sampler)
+        counts[drafted[0] if n >= 1 else nxt] += 1
+    return 0.5 * (counts / draws - p[0]).abs().sum().item()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return make_tokenizer()
