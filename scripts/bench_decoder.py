@@ -11,9 +11,9 @@ the first `draft_vocab` token ids (decode/draft_vocab.py) and, on CPU, int8 draf
 Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups, whether outputs are identical to
 the target's own greedy output and our speculative runs' acceptance rate alpha; saves JSON to `out`. With an int8
 draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed, and with the draft's
-head cut to `draft_vocab` ids (decode/draft_vocab.py), `ours_speculative_full_head` what that changed. With `compile=true`,
-`ours_*_compiled` run our decoder again on static KV caches with compiled passes (decode/compiled.py; CUDA graphs
-on a GPU); the warm-up pass compiles them.
+head cut to `draft_vocab` ids (decode/draft_vocab.py), `ours_speculative_full_head` what that changed. With
+`compile=true`, `ours_*_compiled` run our decoder again on static KV caches with compiled passes (decode/compiled.py;
+CUDA graphs on a GPU); the warm-up pass compiles them.
 """
 
 from __future__ import annotations
