@@ -31,6 +31,22 @@ def median_seconds(fn, repeats: int, between=None) -> float:
     return statistics.median(times)
 
 
+def fastest_ms(fns: dict, repeats: int) -> dict[str, float]:
+    """Per named function, its fastest of `repeats` timed calls in milliseconds, after one warm-up call each. The
+    functions take turns call by call, so a burst of load from elsewhere on a shared machine slows one call of each
+    instead of every call of one, and the minimum leaves it out: for choosing between ways of doing the same work."""
+    best = {name: float("inf") for name in fns}
+    for timed in [False] + [True] * repeats:
+        for name, fn in fns.items():
+            _sync()
+            start = time.perf_counter()
+            fn()
+            _sync()
+            if timed:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {name: round(seconds * 1e3, 2) for name, seconds in best.items()}
+
+
 def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 5) -> dict:
     """Median seconds of: one 1-token draft step, and a k-token target pass for k = 1..max_k, each after
     `context` is cached (rolled back after every call, so all timings see the same context length).

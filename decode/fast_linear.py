@@ -22,14 +22,15 @@ that needs gradients or runs on a GPU.
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decode.costs import fastest_ms
 
 log = logging.getLogger(__name__)
 LAYOUTS = ("torch", "rows_first", "prepacked")
@@ -104,9 +105,8 @@ def _linears(model) -> list[nn.Linear]:
 
 
 def _sweep_ms(ways: dict, rows: int, repeats: int) -> dict[str, float]:
-    """Per layout, the fastest of `repeats` timed passes over every weight (what one decode step reads), after a
-    warm-up. The layouts take turns pass by pass, so a burst of load from elsewhere on a shared machine slows one
-    pass of each instead of every pass of one, and the minimum leaves it out."""
+    """Per layout, its fastest of `repeats` passes over every weight (what one decode step reads), the layouts
+    taking turns (decode.costs.fastest_ms: a burst of load from elsewhere does not pick the layout)."""
     originals = ways["torch"][0]  # every way holds the same weights (a prepacked way: reordered copies), in order
     by_width = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in originals}
     xs = [by_width[w.shape[1]] for w in originals]
@@ -115,14 +115,7 @@ def _sweep_ms(ways: dict, rows: int, repeats: int) -> dict[str, float]:
         for x, w in zip(xs, weights):
             fn(x, w)
 
-    best = {name: float("inf") for name in ways}
-    for timed in [False] + [True] * repeats:
-        for name, (weights, fn) in ways.items():
-            start = time.perf_counter()
-            sweep(weights, fn)
-            if timed:
-                best[name] = min(best[name], time.perf_counter() - start)
-    return {name: round(seconds * 1e3, 2) for name, seconds in best.items()}
+    return fastest_ms({name: partial(sweep, weights, fn) for name, (weights, fn) in ways.items()}, repeats)
 
 
 @torch.inference_mode()

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decode.costs import median_seconds
+from decode.costs import fastest_ms
 from decode.fast_linear import rows_first_linear
 
 log = logging.getLogger(__name__)
@@ -91,9 +91,9 @@ def time_int8(model) -> dict:
             for q, s, x in packed:
                 torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), q, s)
 
-        float_s = min(median_seconds(lambda: float_pass(F.linear), 5),
-                      median_seconds(lambda: float_pass(rows_first_linear), 5))
-        _decisions[key] = {"float_ms": round(float_s * 1e3, 2), "int8_ms": round(median_seconds(int8_pass, 5) * 1e3, 2)}
+        ms = fastest_ms({"torch": lambda: float_pass(F.linear), "rows_first": lambda: float_pass(rows_first_linear),
+                         "int8": int8_pass}, 5)
+        _decisions[key] = {"float_ms": min(ms["torch"], ms["rows_first"]), "int8_ms": ms["int8"]}
         log.info("draft_quant=auto, %s (%.1fM linear weights): one 1-row pass over them, float %.2f ms, int8 %.2f ms",
                  type(model).__name__, sum(w.numel() for w in weights) / 1e6, _decisions[key]["float_ms"],
                  _decisions[key]["int8_ms"])
