@@ -136,3 +136,8 @@ def eos_token_ids(tokenizer, model) -> set[int]:
     """The tokenizer's end-of-sequence id plus those of the model's generation config."""
     configured = model.generation_config.eos_token_id
     return {tokenizer.eos_token_id} | set([configured] if isinstance(configured, int) else configured or [])
+
+
+def special_token_ids(tokenizer, model) -> set[int]:
+    """Every special token id of the tokenizer plus the end-of-sequence ids: what a cut draft head must keep."""
+    return set(tokenizer.all_special_ids) | eos_token_ids(tokenizer, model)

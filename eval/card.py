@@ -15,12 +15,12 @@ def _layout(e: dict) -> str:
     """The CPU matmul layout the decoder used (decode/fast_linear.py), whether the draft ran with int8 weights
     (decode/quantize.py) or a head over part of the vocabulary (decode/draft_vocab.py) and whether passes were
     compiled (decode/compiled.py), where recorded."""
-    compiled = (f", draft head over the first {e['draft_vocab']} token ids" if e.get("draft_vocab") else "") + (
+    extras = (f", draft head over the first {e['draft_vocab']} token ids" if e.get("draft_vocab") else "") + (
         ", compiled passes on static caches" if e.get("compiled") else "")
     if "cuda" in str(e.get("device")):
-        return compiled
+        return extras
     return (f", cpu_matmul={e['cpu_matmul']}" if e.get("cpu_matmul") else "") + (
-        ", draft weights int8 while decoding" if e.get("draft_int8") else "") + compiled
+        ", draft weights int8 while decoding" if e.get("draft_int8") else "") + extras
 
 
 def _row(e: dict) -> str:

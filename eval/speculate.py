@@ -29,7 +29,7 @@ from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
-from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
+from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
 from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept, theoretical_speedup
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.runtime import setup_cpu
@@ -137,7 +137,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     eos = eos_token_ids(tokenizer, target)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)
-    special = set(tokenizer.all_special_ids) | eos
+    special = special_token_ids(tokenizer, target)
     vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special)[1] for name, draft in drafts.items()}
     quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)

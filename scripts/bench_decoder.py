@@ -33,7 +33,7 @@ from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears, plan_for
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
-from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.speculative import DraftModelProposer, NoProposer, generate
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
@@ -112,8 +112,8 @@ def bench(cfg: DictConfig) -> dict:
     eos = {tokenizer.eos_token_id}
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
     max_rows = cfg.gamma + 1  # a verification pass feeds the target gamma + 1 tokens
-    special = set(tokenizer.all_special_ids) | eos
-    small_head, vocab = restrict_vocab(draft, cfg.draft_vocab, special, copy=True)  # `draft` itself stays as loaded
+    # `draft` itself stays as loaded: ours decodes with a copy whose head may be cut, then int8
+    small_head, vocab = restrict_vocab(draft, cfg.draft_vocab, special_token_ids(tokenizer, draft), copy=True)
     fast_draft, quant = quantize_draft(small_head, cfg.draft_quant, copy=small_head is draft)
     steps = {"ours_speculative": [], "ours_speculative_float_draft": [], "ours_speculative_full_head": []}
     methods = {"ours_target_only": with_layout(ours(target, None, 0), [target], max_rows, cfg.cpu_matmul),

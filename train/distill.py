@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
 from data.prompts import BUILTIN, encode_prompt, load_prompts
-from decode.loading import check_same_vocab, load_frozen, load_tokenizer
+from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.runtime import setup_cpu
 from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
@@ -195,7 +195,7 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
     return SpeculativeEval(prompts, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
                            every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
                            seed=cfg.seed, cpu_matmul=s.cpu_matmul, draft_quant=s.draft_quant,
-                           draft_vocab=s.get("draft_vocab"), special_ids=set(tokenizer.all_special_ids) | eos)
+                           draft_vocab=s.get("draft_vocab"), special_ids=special_token_ids(tokenizer, target))
 
 
 def decoding_conditions(measured: dict) -> str:
