@@ -56,7 +56,7 @@ class PeriodicLastCheckpoint(Callback):
         step = trainer.global_step
         if self.every > 0 and step > 0 and step % self.every == 0 and getattr(self, "_saved", -1) != step:
             self._saved = step
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable (and no Lightning notice)
 
 
 def find_resume(ckpt_path: str | None, output_dir: Path, task_dir: Path) -> tuple[str | None, Path]:

@@ -277,7 +277,7 @@ def train(cfg: DictConfig) -> dict:
     else:
         after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
     last = ckpt_dir / "last.ckpt"
-    trainer.save_checkpoint(last)  # the final weights, whatever the checkpoint schedule was
+    trainer.save_checkpoint(last, weights_only=False)  # the final weights and full state, whatever the schedule was
 
     summary = {"output_dir": str(output_dir), "last_checkpoint": str(last),
                "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
