@@ -306,3 +306,20 @@ def test_decoding_conditions_caption():
     assert decoding_conditions({}) == ""
     assert decoding_conditions({"draft_int8": True, "draft_vocab": 8192}) == (
         ", int8 draft weights, draft head over the first 8192 token ids")
+
+
+def test_step_description():
+    from train.progress import step_description
+    assert step_description(1, 120, 160) == "Epoch 1 · step 120/160"
+    assert step_description(0, 5, -1) == step_description(0, 5, None) == "Epoch 0"
+
+
+@pytest.mark.parametrize("bar", ["tqdm", "rich"])
+def test_progress_bars_count_steps_against_the_budget(tmp_path, tiny_target_dir, text_file, capsys, bar):
+    """Lightning's own bars print 'Epoch 0/-2' for a run budgeted by max_steps; ours name the step."""
+    cfg = tiny_cfg(tmp_path, tiny_target_dir, text_file, f"progress_bar={bar}", "export.enabled=false",
+                   "spec_eval.enabled=false")
+    train(cfg)
+    printed = capsys.readouterr()
+    shown = printed.out + printed.err
+    assert "step 3/3" in shown and "/-2" not in shown

@@ -20,7 +20,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
@@ -36,11 +36,14 @@ from train.lora import add_lora, lora_settings
 from train.losses import get_loss
 from train.scaling import trainer_kwargs
 from train.module import DistillModule
+from train.progress import progress_bar
 
 log = logging.getLogger("draftsmith")
 # The frozen target sits in eval mode on purpose: Lightning's warning about it would only alarm users.
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+# ...nor its advertisement for a cloud logging service at every start.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
 METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "val/tau", "val/speedup")
 
 
@@ -255,8 +258,9 @@ def train(cfg: DictConfig) -> dict:
         del target
     if spec_eval is not None:
         callbacks.append(spec_eval)
-    if cfg.progress_bar != "none":
-        callbacks.append(RichProgressBar() if cfg.progress_bar == "rich" else TQDMProgressBar())
+    bar = progress_bar(cfg.progress_bar)
+    if bar is not None:
+        callbacks.append(bar)
     run_name, tags = run_name_and_tags(cfg, draft)
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     logger_cfg["tags"] = list(logger_cfg.get("tags") or []) + tags
