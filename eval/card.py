@@ -38,11 +38,29 @@ def _how(training: dict) -> str:
     return f": {source} on `{training.get('data')}`, {training.get('steps')} steps{lora}"
 
 
+def serving_gamma(evals: list[dict]) -> tuple[int, str]:
+    """The gamma the usage snippets use, and the sentence that says where it comes from: the measured evaluation
+    with the best speedup, else 4, said to be a starting point and not a measurement."""
+    if not evals:
+        return 4, ("The snippets draft 4 tokens per step, a common starting point, not a measurement: "
+                   "`python eval/speculate.py drafts=[<this folder>] gamma=auto update_card=true` measures the best "
+                   "gamma on your hardware and writes it here.")
+    best = max(evals, key=lambda e: e["speedup"])
+    gamma = int(best["gamma"])
+    return gamma, (f"The snippets draft {gamma} token{'s' if gamma > 1 else ''} per step (gamma = {gamma}): the best "
+                   f"measured speedup above ({best['speedup']:.2f}x; {best.get('domain', '?')}, temperature "
+                   f"{best.get('temperature')}, {best.get('device', 'cpu')}). The best gamma grows with alpha and "
+                   "with how cheap a draft step is next to a target pass: measure it where you serve."
+                   + ("" if best["speedup"] >= 1 else " No measurement above pays: on that hardware this draft made "
+                      "decoding slower than the target alone."))
+
+
 def render(info: dict, name: str) -> str:
     target = info.get("target") or "<target>"
     serving_target = target if not str(target).startswith("embedded:") else "HuggingFaceTB/SmolLM2-135M-Instruct"
     evals = info.get("evaluations") or []
-    lines = [f"# {name}: a speculative-decoding draft for `{target}`", "",
+    gamma, why = serving_gamma(evals)
+    lines = [f"# {info.get('run_name') or name}: a speculative-decoding draft for `{target}`", "",
              f"Trained with Draftsmith{_how(info.get('training') or {})}. "
              "It shares the target's tokenizer and vocabulary; use it only as a draft (assistant) for that target.", ""]
     val = info.get("val") or {}
@@ -59,28 +77,31 @@ def render(info: dict, name: str) -> str:
         lines += [_row(e) for e in evals]
     else:
         lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
-    lines += ["", "## Usage", "", "transformers (assisted generation):", "", "```python",
+    lines += ["", "## Usage", "", why, "", "transformers (assisted generation):", "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
               f'target = AutoModelForCausalLM.from_pretrained("{serving_target}")',
               'draft = AutoModelForCausalLM.from_pretrained("<path to this folder>")',
+              f"draft.generation_config.num_assistant_tokens = {gamma}",
+              'draft.generation_config.num_assistant_tokens_schedule = "constant"',
               f'tok = AutoTokenizer.from_pretrained("{serving_target}")',
               'inputs = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
               '                                 return_tensors="pt", return_dict=True)',
               "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)", "```", "",
               "vLLM:", "", "```python", "from vllm import LLM",
               f'llm = LLM(model="{serving_target}", speculative_config={{"method": "draft_model",',
-              '          "model": "<path to this folder>", "num_speculative_tokens": 4})', "```", "",
+              f'          "model": "<path to this folder>", "num_speculative_tokens": {gamma}}})', "```", "",
               "SGLang:", "", "```bash",
               f"python -m sglang.launch_server --model-path {serving_target} \\",
               "  --speculative-algorithm STANDALONE --speculative-draft-model-path <path to this folder> \\",
-              "  --speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5", "```", ""]
+              f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
+              "```", ""]
     return "\n".join(lines)
 
 
 def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None,
                name: str | None = None) -> Path:
     """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically.
-    `name` titles the card (default: the folder's name)."""
+    `name` titles the card when draftsmith.json has no run_name (default: the folder's name)."""
     folder = Path(export_dir)
     info_path = folder / "draftsmith.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}

@@ -132,3 +132,24 @@ def test_compare_runs_from_local_folders(tmp_path):
     assert len(json.loads(files["json"].read_text())["rows"]) == 2
     with pytest.raises(FileNotFoundError, match="summary.json"):
         compare([str(tmp_path)], tmp_path / "out2")
+
+
+def test_card_snippets_use_the_best_measured_gamma():
+    from eval.card import render
+
+    def ev(gamma, speedup):
+        return {"domain": "general", "gamma": gamma, "temperature": 0.0, "alpha": 0.3, "tau": 1.3,
+                "speedup": speedup, "device": "cpu"}
+
+    unmeasured = render({"target": "t"}, "export")
+    assert unmeasured.startswith("# export: ") and "not a measurement" in unmeasured
+    assert '"num_speculative_tokens": 4' in unmeasured and "--speculative-num-draft-tokens 5" in unmeasured
+
+    card = render({"target": "t", "run_name": "distill-x", "evaluations": [ev(1, 1.04), ev(3, 1.21), ev(2, 0.97)]}, "export")
+    assert card.startswith("# distill-x: ")
+    assert "gamma = 3" in card and "1.21x" in card and "num_assistant_tokens = 3" in card
+    assert '"num_speculative_tokens": 3' in card and "--speculative-num-steps 3" in card
+    assert "--speculative-num-draft-tokens 4" in card and "No measurement above pays" not in card
+
+    slower = render({"target": "t", "evaluations": [ev(1, 0.91), ev(2, 0.85)]}, "export")
+    assert "gamma = 1" in slower and "No measurement above pays" in slower

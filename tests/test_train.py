@@ -60,7 +60,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
         assert key in summary["before"] and key in summary["after"]
     assert 0 <= summary["after"]["val/alpha"] <= 1 and 1 <= summary["after"]["val/tau"] <= 5
     card = (run / "export" / "README.md").read_text()
-    assert card.startswith("# export: a speculative-decoding draft for")
+    assert card.startswith(f"# {summary['run_name']}: a speculative-decoding draft for")
     assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
     assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
     assert "draft head over the first 64 token ids" in card and exported.lm_head.out_features == len(tokenizer)

@@ -300,7 +300,8 @@ def train(cfg: DictConfig) -> dict:
                         "source": "end of training (spec_eval)"}] if from_last and spec_eval and spec_eval.last else []
         summary["export"] = str(Path(cfg.export.dir).resolve())
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
-                          extra_info={"val": after if from_last else None, "evaluations": evaluations})
+                          extra_info={"run_name": run_name, "val": after if from_last else None,
+                                      "evaluations": evaluations})
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     finish_wandb(loggers, summary)
 
