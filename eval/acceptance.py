@@ -33,6 +33,7 @@ from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokeniz
 from decode.metrics import by_entropy
 from decode.sampling import acceptance_probability, logits_to_probs
 from decode.runtime import setup_cpu
+from eval.report import PARTIAL, partial_on_error, write_partial
 
 log = logging.getLogger("draftsmith.acceptance")
 
@@ -176,9 +177,17 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     started = time.time()
     tokenizer, target, drafts, eos = load_models(cfg)
+    conditions = {"method": "teacher-forced beta = sum min(p, q) at every position of the target's continuations",
+                  "target": str(cfg.target), "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
+                  "device": str(target.device), "max_new_tokens": cfg.max_new_tokens,
+                  "samples_per_prompt": cfg.samples_per_prompt, "top_k": cfg.top_k, "top_p": cfg.top_p,
+                  "seed": cfg.seed, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                  "transformers": __import__("transformers").__version__,
+                  "cpu": platform.processor() or platform.machine()}
+    out = Path(cfg.out)
     records = []
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns) as progress:
+    with Progress(*columns) as progress, partial_on_error(out):
         for domain in cfg.domains:
             prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
             for temperature in cfg.temperature:
@@ -200,20 +209,15 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                                     "beta_sums": a["sums"], "lengths": a["counts"]})
                     log.info("%s %s T=%g: alpha_tf %.3f ± %.3f over %d positions", name, domain, temperature,
                              alpha, stderr, sum(a["counts"]))
-    conditions = {"method": "teacher-forced beta = sum min(p, q) at every position of the target's continuations",
-                  "target": str(cfg.target), "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
-                  "device": str(target.device), "max_new_tokens": cfg.max_new_tokens,
-                  "samples_per_prompt": cfg.samples_per_prompt, "top_k": cfg.top_k, "top_p": cfg.top_p,
-                  "seed": cfg.seed, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                  "transformers": __import__("transformers").__version__,
-                  "cpu": platform.processor() or platform.machine(), "seconds": round(time.time() - started, 1)}
-    out = Path(cfg.out)
+                write_partial(records, conditions, out)  # a crash or Ctrl-C keeps the blocks measured so far
+    conditions["seconds"] = round(time.time() - started, 1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
     table = markdown(records)
     (out / "results.md").write_text("# Expected acceptance along the target's continuations\n\n"
                                     + ", ".join(f"{k}={v}" for k, v in conditions.items()) + "\n\n" + table)
     image = plot(records, out)
+    (out / PARTIAL).unlink(missing_ok=True)
     print(table)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}, {image}")
     return records

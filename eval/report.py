@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+from contextlib import contextmanager
 from pathlib import Path
+
+log = logging.getLogger("draftsmith.eval")
 
 COLUMNS = ["draft", "domain", "gamma", "temperature", "alpha", "tau", "accepted_per_proposed", "target_tok_s",
            "spec_tok_s", "speedup", "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup",
@@ -107,6 +112,32 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     return written
 
 
+PARTIAL = "results.partial.json"
+
+
+def write_partial(records: list[dict], conditions: dict, out: Path) -> Path:
+    """The records measured so far, rewritten atomically after each one, so a crash or Ctrl-C keeps them.
+    write_report removes the file once the full report is written."""
+    out.mkdir(parents=True, exist_ok=True)
+    path, tmp = out / PARTIAL, out / f".{PARTIAL}.tmp"
+    tmp.write_text(json.dumps({"conditions": conditions, "records": records, "complete": False}, indent=1,
+                              default=str))
+    os.replace(tmp, path)
+    return path
+
+
+@contextmanager
+def partial_on_error(out: Path):
+    """Around a measuring loop that calls write_partial: if it stops early (crash, Ctrl-C), say where the records
+    measured so far are, then let the error through."""
+    try:
+        yield
+    except BaseException:
+        if (out / PARTIAL).is_file():
+            log.error("stopped early: the records measured so far are in %s", out / PARTIAL)
+        raise
+
+
 def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "results.json", "markdown": out / "results.md"}
@@ -118,4 +149,5 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
         files[f"plot{i}"] = path
     if conditions.get("costs") and records:
         files["cost_model"] = cost_model_plot(records, conditions["costs"], out)
+    (out / PARTIAL).unlink(missing_ok=True)
     return files

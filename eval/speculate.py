@@ -34,7 +34,7 @@ from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup,
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
-from eval.report import markdown_table, short, write_report
+from eval.report import markdown_table, partial_on_error, short, write_partial, write_report
 
 log = logging.getLogger("draftsmith.eval")
 
@@ -108,6 +108,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
                     rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
                     records.append(rec)
+                    write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
                              short(name),
                              domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
@@ -161,7 +162,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     with fast_cpu_linears(models, max_gamma + 1, cfg.cpu_matmul) as plans, \
             compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
-        records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions)
+        with partial_on_error(Path(cfg.out)):
+            records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions)
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
     fastest = max(records, key=lambda r: r["speedup"])

@@ -39,6 +39,27 @@ def test_end_to_end_files_and_self_draft(tmp_path, tiny_target_dir, tokenizer):
     assert saved["records"] == json.loads(json.dumps(records)) and "method" in saved["conditions"]
     assert (tmp_path / "acc" / "results.md").read_text().count("\n|") >= 3
     assert (tmp_path / "acc" / "alpha_by_entropy.png").stat().st_size > 1000
+    assert not (tmp_path / "acc" / "results.partial.json").exists()  # the full report replaced it
+
+
+def test_a_crash_keeps_the_blocks_measured_so_far(tmp_path, tiny_target_dir, monkeypatch, caplog):
+    import eval.acceptance as acceptance
+
+    real, calls = acceptance.score, []
+
+    def crash_on_second_block(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(acceptance, "score", crash_on_second_block)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(acc_cfg(tmp_path, tiny_target_dir, [tiny_target_dir]))
+    partial = json.loads((tmp_path / "acc" / "results.partial.json").read_text())
+    assert partial["complete"] is False and "method" in partial["conditions"]
+    assert [(r["domain"], r["temperature"]) for r in partial["records"]] == [("general", 0.0)]
+    assert not (tmp_path / "acc" / "results.json").exists() and "results.partial.json" in caplog.text
 
 
 def test_bad_settings_fail_before_work(tmp_path, tiny_target_dir):

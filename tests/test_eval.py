@@ -41,6 +41,29 @@ def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir
     assert (tmp_path / "eval" / "results.md").read_text().count("\n|") >= 9
     assert (tmp_path / "eval" / "acceptance_speedup_vs_gamma.png").stat().st_size > 1000
     assert (tmp_path / "eval" / "cost_model.png").stat().st_size > 1000  # expected speedup vs alpha, measured points
+    assert not (tmp_path / "eval" / "results.partial.json").exists()  # the full report replaced it
+
+
+def test_a_crash_mid_grid_keeps_the_records_measured_so_far(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch,
+                                                            caplog):
+    import eval.speculate as speculate
+
+    real, made = speculate.make_record, []
+
+    def crash_on_third(*args, **kwargs):
+        if len(made) == 2:
+            raise KeyboardInterrupt
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(speculate, "make_record", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,2]", "draft_quant=none"))
+    partial = json.loads((tmp_path / "eval" / "results.partial.json").read_text())
+    assert partial["complete"] is False and [r["gamma"] for r in partial["records"]] == [1, 2]
+    assert partial["records"] == json.loads(json.dumps(made)) and "costs" in partial["conditions"]
+    assert not (tmp_path / "eval" / "results.json").exists()
+    assert "results.partial.json" in caplog.text
 
 
 def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_dir):
