@@ -81,7 +81,8 @@ def render(info: dict, name: str) -> str:
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
               f'target = AutoModelForCausalLM.from_pretrained("{serving_target}")',
               'draft = AutoModelForCausalLM.from_pretrained("<path to this folder>")',
-              f"draft.generation_config.num_assistant_tokens = {gamma}",
+              f"draft.generation_config.num_assistant_tokens = {gamma}"
+              + ("  # already this folder's default (generation_config.json)" if evals else ""),
               'draft.generation_config.num_assistant_tokens_schedule = "constant"',
               f'tok = AutoTokenizer.from_pretrained("{serving_target}")',
               'inputs = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
@@ -98,10 +99,25 @@ def render(info: dict, name: str) -> str:
     return "\n".join(lines)
 
 
+def set_assistant_gamma(folder: Path, gamma: int) -> None:
+    """Make transformers' assisted generation draft `gamma` tokens per step with this folder as it is: its
+    generation_config.json gets num_assistant_tokens = gamma and a constant schedule (transformers' own default for
+    an assistant is 20 tokens). vLLM and SGLang take gamma from their own flags (the card's snippets)."""
+    path = folder / "generation_config.json"
+    if not path.is_file():  # a folder without one takes its generation defaults from config.json: leave it so
+        return
+    config = json.loads(path.read_text())
+    config.update(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant")
+    tmp = folder / ".generation_config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None,
                name: str | None = None) -> Path:
     """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically.
-    `name` titles the card when draftsmith.json has no run_name (default: the folder's name)."""
+    `name` titles the card when draftsmith.json has no run_name (default: the folder's name). Once something is
+    measured, the folder's generation_config.json drafts the card's gamma too (set_assistant_gamma)."""
     folder = Path(export_dir)
     info_path = folder / "draftsmith.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
@@ -110,6 +126,8 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         tmp = info_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)
+    if info.get("evaluations"):
+        set_assistant_gamma(folder, serving_gamma(info["evaluations"])[0])
     card = folder / "README.md"
     tmp = folder / ".README.md.tmp"
     tmp.write_text(render(info, name or folder.name))

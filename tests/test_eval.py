@@ -74,6 +74,7 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     shutil.copytree(tiny_draft_dir, folder)
     write_card(folder)
     assert "Not measured yet" in (folder / "README.md").read_text()
+    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "update_card=true",
                                 "draft_quant=int8", "draft_vocab=64"))
     card = (folder / "README.md").read_text()
@@ -83,6 +84,11 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     assert card.count("draft weights int8 while decoding") == len(records)  # and so are the draft's int8 weights
     assert card.count("draft head over the first 64 token ids") == len(records)  # and its cut head
     assert all(r["greedy_identical"] for r in records)
+    # transformers' assisted generation with the folder as it is drafts the card's gamma (its default would be 20)
+    from transformers import GenerationConfig
+    loaded = GenerationConfig.from_pretrained(folder)
+    assert loaded.num_assistant_tokens == 2 and loaded.num_assistant_tokens_schedule == "constant"
+    assert loaded.eos_token_id == 2 and "num_assistant_tokens = 2  # already this folder's default" in card
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())["conditions"]
     assert saved["draft_vocab"][str(folder)] == {"size": 64, "restricted": True, "vocab_size": 320}
 

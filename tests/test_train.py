@@ -64,6 +64,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
     assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
     assert "draft head over the first 64 token ids" in card and exported.lm_head.out_features == len(tokenizer)
+    assert exported.generation_config.num_assistant_tokens == 1  # the measured gamma (spec_eval.gamma), not 20
 
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")
