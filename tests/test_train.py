@@ -310,9 +310,11 @@ def test_decoding_conditions_caption():
 
 
 def test_step_description():
-    from train.progress import step_description
+    from train.progress import progress_bar, step_description
     assert step_description(1, 120, 160) == "Epoch 1 · step 120/160"
     assert step_description(0, 5, -1) == step_description(0, 5, None) == "Epoch 0"
+    with pytest.raises(ValueError, match="progress_bar must be rich, tqdm or none"):
+        progress_bar("fancy")
 
 
 @pytest.mark.parametrize("bar", ["tqdm", "rich"])

@@ -81,8 +81,7 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.checkpoint.monitor == "val/alpha" and not (cfg.spec_eval.enabled and cfg.spec_eval.every_n_validations == 1):
         raise ValueError("checkpoint.monitor=val/alpha needs spec_eval.enabled=true and spec_eval.every_n_validations=1 "
                          "(alpha must be measured at every validation).")
-    if cfg.progress_bar not in ("rich", "tqdm", "none"):
-        raise ValueError(f"progress_bar must be rich, tqdm or none, got '{cfg.progress_bar}'.")
+    progress_bar(cfg.progress_bar)  # an unknown kind fails here, before any model loads
     if cfg.export.checkpoint not in ("last", "best"):
         raise ValueError(f"export.checkpoint must be last or best, got '{cfg.export.checkpoint}'.")
     out = Path(cfg.export.dir)

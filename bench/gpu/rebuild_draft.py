@@ -5,7 +5,6 @@
 Converts the embedded target once (decode/embedded.py), checks that its embedding is the one the draft was trained
 with (sha256), and writes a plain Hugging Face draft folder. Exit code 3 if the embeddings differ.
 """
-import hashlib
 import json
 import shutil
 import sys
@@ -13,17 +12,15 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, ".")
+sys.path[:0] = [".", str(Path(__file__).parent)]
 from decode.embedded import embedded_model_dir  # noqa: E402
-
-EMBED = "model.embed_tokens.weight"
+from pack import EMBED, sha256_tensor  # noqa: E402
 
 
 def main(here: Path, out: Path) -> int:
     target = embedded_model_dir("embedded:smollm2-135m-instruct")
     embed = load_file(target / "model.safetensors")[EMBED]
-    same = hashlib.sha256(embed.contiguous().numpy().tobytes()).hexdigest() == \
-        json.loads((here / "embed.json").read_text())["embed_sha256"]
+    same = sha256_tensor(embed) == json.loads((here / "embed.json").read_text())["embed_sha256"]
     print("target embedding identical to the draft's (sha256):", same, flush=True)
     body = load_file(here / "draft_body.safetensors")
     body[EMBED] = embed
