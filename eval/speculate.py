@@ -21,6 +21,8 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import measure_costs
@@ -85,34 +87,45 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     """Every (domain, temperature, draft, gamma): a target-only baseline, then the speculative pass; the cost
     model is measured once per draft (into conditions["costs"])."""
     records = []
-    for domain in cfg.domains:
-        prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
-        for name, draft in drafts.items():  # warm-up and cost model, once per draft
-            generate(target, DraftModelProposer(draft), prompts[0], 2, 8)
-            if name not in conditions["costs"]:
-                conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
-        for temperature in cfg.temperature:
-            params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
-            base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
-            log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
-            for name, draft in drafts.items():
-                costs = conditions["costs"][name]
-                for gamma in gammas:
-                    label = gamma
-                    if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
-                        pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
-                                             params, eos, cfg.seed)
-                        gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
-                                              costs["target_pass_s"][: cfg.max_auto_gamma + 1])
-                        label = f"auto:{gamma}"
-                    spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
-                    rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base, costs)
-                    records.append(rec)
-                    write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
-                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
-                             short(name),
-                             domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
-                             rec["hardware_expected_speedup"])
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn()]
+    with Progress(*columns) as progress:  # one tick per timed configuration: baselines and speculative runs
+        runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(drafts) * len(gammas))
+        task = progress.add_task("decoding", total=runs)
+        for domain in cfg.domains:
+            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
+            for name, draft in drafts.items():  # warm-up and cost model, once per draft
+                first = name not in conditions["costs"]
+                progress.update(task, description=f"{domain}: warm-up" + (", cost model" if first else ""))
+                generate(target, DraftModelProposer(draft), prompts[0], 2, 8)
+                if first:
+                    conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
+            for temperature in cfg.temperature:
+                params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
+                progress.update(task, description=f"{domain} T={temperature:g} target-only")
+                base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
+                progress.advance(task)
+                log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
+                for name, draft in drafts.items():
+                    costs = conditions["costs"][name]
+                    for gamma in gammas:
+                        progress.update(task, description=f"{domain} T={temperature:g} {short(name)} gamma={gamma}")
+                        label = gamma
+                        if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
+                            pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
+                                                 params, eos, cfg.seed)
+                            gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
+                                                  costs["target_pass_s"][: cfg.max_auto_gamma + 1])
+                            label = f"auto:{gamma}"
+                        spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
+                        rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base,
+                                          costs)
+                        records.append(rec)
+                        write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
+                        progress.advance(task)
+                        log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
+                                 short(name), domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
+                                 rec["hardware_expected_speedup"])
     return records
 
 
