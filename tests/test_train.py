@@ -69,6 +69,8 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")
     export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export", overwrite=True)
+    # a later export from the checkpoint alone (scripts/export_draft.py) keeps the run's name on its card
+    assert (run / "export" / "README.md").read_text().startswith(f"# {summary['run_name']}: ")
 
 
 def test_best_checkpoint_by_alpha(tmp_path, tiny_target_dir, text_file):

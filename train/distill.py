@@ -234,7 +234,8 @@ def train(cfg: DictConfig) -> dict:
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
                                    teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer))
-    meta = {"target": cfg.model.target.name_or_path, "tokenizer_files": tokenizer_files(tokenizer),
+    run_name, tags = run_name_and_tags(cfg, draft)
+    meta = {"target": cfg.model.target.name_or_path, "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
             "config": OmegaConf.to_container(cfg, resolve=True),
             "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None}
@@ -260,7 +261,6 @@ def train(cfg: DictConfig) -> dict:
     bar = progress_bar(cfg.progress_bar)
     if bar is not None:
         callbacks.append(bar)
-    run_name, tags = run_name_and_tags(cfg, draft)
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     logger_cfg["tags"] = list(logger_cfg.get("tags") or []) + tags
     loggers = build_loggers(logger_cfg, output_dir, run_name, OmegaConf.to_container(cfg, resolve=True))
@@ -299,8 +299,7 @@ def train(cfg: DictConfig) -> dict:
                         "source": "end of training (spec_eval)"}] if from_last and spec_eval and spec_eval.last else []
         summary["export"] = str(Path(cfg.export.dir).resolve())
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
-                          extra_info={"run_name": run_name, "val": after if from_last else None,
-                                      "evaluations": evaluations})
+                          extra_info={"val": after if from_last else None, "evaluations": evaluations})
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     finish_wandb(loggers, summary)
 

@@ -93,7 +93,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     cfg = meta.get("config") or {}
     training = {"loss": (cfg.get("loss") or {}).get("name"), "data": (cfg.get("data") or {}).get("name"),
                 "steps": ckpt.get("global_step"), "lora": bool(meta.get("lora"))}
-    info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"),
+    info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"), "run_name": meta.get("run_name"),
             "global_step": ckpt.get("global_step"), "training": training, **(extra_info or {})}
     return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info, dtype=dtype)
 
