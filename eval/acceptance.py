@@ -26,14 +26,13 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import DictConfig
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from data.prompts import encode_prompt, load_prompts
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
 from decode.metrics import by_entropy
 from decode.sampling import acceptance_probability, logits_to_probs
 from decode.runtime import setup_cpu
-from eval.report import PARTIAL, partial_on_error, write_partial
+from eval.report import PARTIAL, grid_progress, partial_on_error, write_partial
 
 log = logging.getLogger("draftsmith.acceptance")
 
@@ -186,8 +185,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "cpu": platform.processor() or platform.machine()}
     out = Path(cfg.out)
     records = []
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns) as progress, partial_on_error(out):
+    with grid_progress() as progress, partial_on_error(out):
         for domain in cfg.domains:
             prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
             for temperature in cfg.temperature:

@@ -112,6 +112,15 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     return written
 
 
+def grid_progress():
+    """The progress bar of an evaluation grid: what runs now, done / total, time spent and time left."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn())
+
+
 PARTIAL = "results.partial.json"
 
 

@@ -21,8 +21,6 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import measure_costs
@@ -36,7 +34,7 @@ from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup,
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
-from eval.report import markdown_table, partial_on_error, short, write_partial, write_report
+from eval.report import grid_progress, markdown_table, partial_on_error, short, write_partial, write_report
 
 log = logging.getLogger("draftsmith.eval")
 
@@ -87,9 +85,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     """Every (domain, temperature, draft, gamma): a target-only baseline, then the speculative pass; the cost
     model is measured once per draft (into conditions["costs"])."""
     records = []
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn()]
-    with Progress(*columns) as progress:  # one tick per timed configuration: baselines and speculative runs
+    with grid_progress() as progress:  # one tick per timed configuration: baselines and speculative runs
         runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(drafts) * len(gammas))
         task = progress.add_task("decoding", total=runs)
         for domain in cfg.domains:
