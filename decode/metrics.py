@@ -66,6 +66,17 @@ def hardware_speedup(alpha: float, gamma: int, draft_step_s: float, target_pass_
     return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / step_s
 
 
+def replayed_speedup(steps: Iterable, draft_step_s: float, target_pass_s: Sequence[float]) -> float:
+    """Expected speedup of these very steps under the cost model: the tokens they emitted (accepted + 1 each) times
+    one target step, over what they cost (a step that drafted d tokens: d draft steps and a (d+1)-token target pass).
+    Assumes nothing about how acceptance is distributed, so it also judges drafts of varying length
+    (`confidence_threshold`). With target_pass_s all 1 and draft_step_s = c it is Leviathan's form for those steps."""
+    pairs = _pairs(steps)
+    emitted = sum(a + 1 for _, a in pairs)
+    cost = sum(d * draft_step_s + target_pass_s[d] for d, _ in pairs)
+    return emitted * target_pass_s[0] / cost if cost else float("nan")
+
+
 def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float]) -> tuple[int, float]:
     """The gamma in 1..len(target_pass_s)-1 that maximises the hardware-aware speedup."""
     options = [(g, hardware_speedup(alpha, g, draft_step_s, target_pass_s)) for g in range(1, len(target_pass_s))]

@@ -107,10 +107,19 @@ class NoProposer:
 
 
 class DraftModelProposer:
-    """A small causal LM drafts gamma tokens autoregressively from its own KV cache."""
+    """A small causal LM drafts up to gamma tokens autoregressively from its own KV cache.
 
-    def __init__(self, draft):
+    With `confidence_threshold` > 0 it stops early, after the first drafted token to which it gives a probability
+    below the threshold (transformers' `assistant_confidence_threshold`): gamma becomes a maximum, long drafts go
+    where the draft is sure and short ones where it is not. The decision uses only the draft's own distribution, so
+    greedy output and the sampled distribution stay exactly the target's."""
+
+    def __init__(self, draft, confidence_threshold: float = 0.0):
+        if not 0.0 <= confidence_threshold < 1.0:
+            raise ValueError(f"confidence_threshold must be in [0, 1) (0 = always draft gamma tokens), "
+                             f"got {confidence_threshold}.")
         self.lm = CachedLM(draft, role="draft")
+        self.threshold = confidence_threshold
 
     def start(self, prompt):
         self.lm.reset()
@@ -125,17 +134,25 @@ class DraftModelProposer:
         for i in range(gamma):
             if params.temperature == 0:  # greedy needs no draft distribution
                 token = int(logits.argmax())
+                sure = self.threshold == 0 or draft_confidence(logits, token) >= self.threshold
             else:
                 q = params.probs(logits)
                 token = int(sample(q, generator))
                 probs.append(q)
+                sure = self.threshold == 0 or float(q[token]) >= self.threshold
             drafted.append(token)
-            if i + 1 < gamma:
-                logits = self.lm.extend([token], keep=1)[-1]
+            if i + 1 == gamma or not sure:
+                break
+            logits = self.lm.extend([token], keep=1)[-1]
         return drafted, torch.stack(probs) if probs else torch.empty(0)
 
     def rollback(self, keep):
         self.lm.rollback(keep)
+
+
+def draft_confidence(logits: torch.Tensor, token: int) -> float:
+    """The draft's probability (temperature 1) of `token` under `logits`: its confidence in a greedy proposal."""
+    return float(torch.softmax(logits.float(), -1)[token])
 
 
 class Verifier(Protocol):

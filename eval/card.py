@@ -23,8 +23,14 @@ def _layout(e: dict) -> str:
         ", draft weights int8 while decoding" if e.get("draft_int8") else "") + extras
 
 
+def _gamma(e: dict) -> str:
+    """The gamma column: gamma, or the longest draft and the confidence below which drafting stopped."""
+    threshold = e.get("confidence_threshold") or 0
+    return f"<= {e.get('gamma')}, stop < {threshold:g}" if threshold else str(e.get("gamma"))
+
+
 def _row(e: dict) -> str:
-    return (f"| {e.get('domain', '?')} | {e.get('gamma')} | {e.get('temperature')} | {e['alpha']:.3f} | {e['tau']:.2f} | "
+    return (f"| {e.get('domain', '?')} | {_gamma(e)} | {e.get('temperature')} | {e['alpha']:.3f} | {e['tau']:.2f} | "
             f"{e['speedup']:.2f}x | {e.get('n_prompts')} prompts x {e.get('max_new_tokens')} new tokens, "
             f"{e.get('threads')} threads, {e.get('device', 'cpu')}{_layout(e)}; {e.get('source', '')} |")
 
@@ -38,28 +44,32 @@ def _how(training: dict) -> str:
     return f": {source} on `{training.get('data')}`, {training.get('steps')} steps{lora}"
 
 
-def serving_gamma(evals: list[dict]) -> tuple[int, str]:
-    """The gamma the usage snippets use, and the sentence that says where it comes from: the measured evaluation
-    with the best speedup, else 4, said to be a starting point and not a measurement."""
+def serving_gamma(evals: list[dict]) -> tuple[int, float, str]:
+    """The gamma and confidence threshold the usage snippets use, and the sentence that says where they come from:
+    the measured evaluation with the best speedup, else 4 and no threshold, said to be a starting point and not a
+    measurement."""
     if not evals:
-        return 4, ("The snippets draft 4 tokens per step, a common starting point, not a measurement: "
-                   "`python eval/speculate.py drafts=[<this folder>] gamma=auto update_card=true` measures the best "
-                   "gamma on your hardware and writes it here.")
+        return 4, 0.0, ("The snippets draft 4 tokens per step, a common starting point, not a measurement: "
+                        "`python eval/speculate.py drafts=[<this folder>] gamma=auto update_card=true` measures the "
+                        "best gamma on your hardware and writes it here.")
     best = max(evals, key=lambda e: e["speedup"])
-    gamma = int(best["gamma"])
-    return gamma, (f"The snippets draft {gamma} token{'s' if gamma > 1 else ''} per step (gamma = {gamma}): the best "
-                   f"measured speedup above ({best['speedup']:.2f}x; {best.get('domain', '?')}, temperature "
-                   f"{best.get('temperature')}, {best.get('device', 'cpu')}). The best gamma grows with alpha and "
-                   "with how cheap a draft step is next to a target pass: measure it where you serve."
-                   + ("" if best["speedup"] >= 1 else " No measurement above pays: on that hardware this draft made "
-                      "decoding slower than the target alone."))
+    gamma, threshold = int(best["gamma"]), float(best.get("confidence_threshold") or 0.0)
+    stop = (f", stopping early after a token the draft gives probability < {threshold:g} (transformers' "
+            "assistant_confidence_threshold; vLLM and SGLang draft a fixed number)" if threshold else "")
+    return gamma, threshold, (
+        f"The snippets draft {'up to ' if threshold else ''}{gamma} token{'s' if gamma > 1 else ''} per step "
+        f"(gamma = {gamma}{stop}): the best measured speedup above ({best['speedup']:.2f}x; "
+        f"{best.get('domain', '?')}, temperature {best.get('temperature')}, {best.get('device', 'cpu')}). The best "
+        "gamma grows with alpha and with how cheap a draft step is next to a target pass: measure it where you serve."
+        + ("" if best["speedup"] >= 1 else " No measurement above pays: on that hardware this draft made "
+           "decoding slower than the target alone."))
 
 
 def render(info: dict, name: str) -> str:
     target = info.get("target") or "<target>"
     serving_target = target if not str(target).startswith("embedded:") else "HuggingFaceTB/SmolLM2-135M-Instruct"
     evals = info.get("evaluations") or []
-    gamma, why = serving_gamma(evals)
+    gamma, threshold, why = serving_gamma(evals)
     lines = [f"# {info.get('run_name') or name}: a speculative-decoding draft for `{target}`", "",
              f"Trained with Draftsmith{_how(info.get('training') or {})}. "
              "It shares the target's tokenizer and vocabulary; use it only as a draft (assistant) for that target.", ""]
@@ -84,6 +94,8 @@ def render(info: dict, name: str) -> str:
               f"draft.generation_config.num_assistant_tokens = {gamma}"
               + ("  # already this folder's default (generation_config.json)" if evals else ""),
               'draft.generation_config.num_assistant_tokens_schedule = "constant"',
+              f"draft.generation_config.assistant_confidence_threshold = {threshold:g}"
+              + ("  # stop drafting when unsure" if threshold else "  # transformers' default 0.4 stops drafts early"),
               f'tok = AutoTokenizer.from_pretrained("{serving_target}")',
               'inputs = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
               '                                 return_tensors="pt", return_dict=True)',
@@ -99,15 +111,17 @@ def render(info: dict, name: str) -> str:
     return "\n".join(lines)
 
 
-def set_assistant_gamma(folder: Path, gamma: int) -> None:
-    """Make transformers' assisted generation draft `gamma` tokens per step with this folder as it is: its
-    generation_config.json gets num_assistant_tokens = gamma and a constant schedule (transformers' own default for
-    an assistant is 20 tokens). vLLM and SGLang take gamma from their own flags (the card's snippets)."""
+def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0) -> None:
+    """Make transformers' assisted generation draft as measured with this folder as it is: its generation_config.json
+    gets num_assistant_tokens = gamma, a constant schedule and assistant_confidence_threshold = threshold
+    (transformers' own defaults for an assistant: 20 tokens, stopping after one it gives probability < 0.4). vLLM
+    and SGLang take gamma from their own flags (the card's snippets)."""
     path = folder / "generation_config.json"
     if not path.is_file():  # a folder without one takes its generation defaults from config.json: leave it so
         return
     config = json.loads(path.read_text())
-    config.update(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant")
+    config.update(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
+                  assistant_confidence_threshold=threshold)
     tmp = folder / ".generation_config.json.tmp"
     tmp.write_text(json.dumps(config, indent=2) + "\n")
     os.replace(tmp, path)
@@ -127,7 +141,8 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)
     if info.get("evaluations"):
-        set_assistant_gamma(folder, serving_gamma(info["evaluations"])[0])
+        gamma, threshold, _ = serving_gamma(info["evaluations"])
+        set_assistant_gamma(folder, gamma, threshold)
     card = folder / "README.md"
     tmp = folder / ".README.md.tmp"
     tmp.write_text(render(info, name or folder.name))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 log = logging.getLogger("draftsmith.eval")
 
-COLUMNS = ["draft", "domain", "gamma", "temperature", "alpha", "tau", "accepted_per_proposed", "target_tok_s",
+COLUMNS = ["draft", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau", "mean_drafted",
+           "accepted_per_proposed", "target_tok_s",
            "spec_tok_s", "speedup", "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup",
            "greedy_identical"]
 
@@ -51,10 +52,12 @@ def cost_model_plot(records: list[dict], costs: dict, out: Path) -> Path:
     for g in range(1, min(len(c["target_pass_s"]), 9)):
         ax.plot(alphas, [hardware_speedup(a, g, c["draft_step_s"], c["target_pass_s"]) for a in alphas],
                 lw=1, color=f"C{(g - 1) % 10}", label=f"cost model, gamma={g}")
-    for g in sorted({r["gamma"] for r in records}):
-        pts = [r for r in records if r["gamma"] == g and not math.isnan(r["alpha"])]
-        ax.scatter([r["alpha"] for r in pts], [r["speedup"] for r in pts], marker="x", zorder=3,
-                   color=f"C{(g - 1) % 10}", label=f"measured, gamma={g}")
+    for g, stops in sorted({(r["gamma"], bool(r.get("confidence_threshold"))) for r in records}):
+        pts = [r for r in records if r["gamma"] == g and bool(r.get("confidence_threshold")) == stops
+               and not math.isnan(r["alpha"])]  # drafts stopped by a threshold: triangles, gamma their longest
+        ax.scatter([r["alpha"] for r in pts], [r["speedup"] for r in pts], marker="^" if stops else "x", zorder=3,
+                   color=f"C{(g - 1) % 10}", label=f"measured, gamma<={g}, stopped when unsure" if stops
+                   else f"measured, gamma={g}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axhline(1.5, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="alpha (acceptance rate)", ylabel="speedup vs target-only", xlim=(0, 1),
@@ -77,11 +80,12 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     written = []
     series = {}
     for r in records:
-        series.setdefault((r["draft"], r["domain"], r["temperature"]), []).append(r)
+        series.setdefault((r["draft"], r["domain"], r["temperature"], r.get("confidence_threshold", 0.0)),
+                          []).append(r)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4))
-    for (draft, domain, temp), rows in series.items():
+    for (draft, domain, temp, threshold), rows in series.items():
         rows = sorted(rows, key=lambda r: r["gamma"])
-        label = f"{short(draft)}/{domain}/T={temp}"
+        label = f"{short(draft)}/{domain}/T={temp}" + (f"/stop<{threshold:g}" if threshold else "")
         axes[0].plot([r["gamma"] for r in rows], [r["alpha"] for r in rows], marker="o", label=label)
         axes[1].plot([r["gamma"] for r in rows], [r["speedup"] for r in rows], marker="o", label=label)
         axes[1].plot([r["gamma"] for r in rows], [r["hardware_expected_speedup"] for r in rows], ls="--", alpha=0.5)
@@ -98,6 +102,7 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     top = max(r["gamma"] for r in records)  # one curve per series, at the largest gamma (most positions)
     for r in (r for r in records if r["gamma"] == top):
         label = f"{short(r['draft'])}/{r['domain']}/T={r['temperature']}"
+        label += f"/stop<{r['confidence_threshold']:g}" if r.get("confidence_threshold") else ""
         pp = r["per_position_accept"]
         axes[0].plot(range(1, len(pp) + 1), pp, marker=".", label=label)
         buckets = r.get("accept_by_entropy") or []

@@ -5,8 +5,10 @@
     python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model
     python eval/speculate.py drafts=[...] compile=true   # static KV caches + torch.compile (CUDA graphs on GPUs)
     python eval/speculate.py drafts=[...] draft_vocab=null  # the draft's full LM head (default on CPU: first 8192 ids)
+    python eval/speculate.py drafts=[...] gamma=[4] confidence_threshold=[0,0.4,0.7]  # stop drafting when unsure
 
-Writes results.json (one record per draft x domain x gamma x temperature), results.md and plots to `out`.
+Writes results.json (one record per draft x domain x gamma x confidence_threshold x temperature), results.md and
+plots to `out`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from decode.quantize import quantize_draft
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
-from decode.metrics import acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept, theoretical_speedup
+from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
+                            replayed_speedup, theoretical_speedup)
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
@@ -61,21 +64,35 @@ def accept_by_entropy(steps) -> list[dict]:
     return by_entropy(entropies, accepted)
 
 
+def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: dict) -> tuple[float, float]:
+    """(Leviathan's theoretical, hardware-aware expected) speedup. Fixed-length drafts: from alpha (i.i.d.) and
+    gamma. Drafts stopped by a confidence threshold vary in length, so both are the cost model replayed on the
+    steps that ran (decode/metrics.py replayed_speedup): flat target passes and c for the first, measured ones."""
+    if math.isnan(alpha):
+        return float("nan"), float("nan")
+    if threshold > 0:
+        flat = [1.0] * len(costs["target_pass_s"])
+        return (replayed_speedup(steps, costs["cost_ratio_c"], flat),
+                replayed_speedup(steps, costs["draft_step_s"], costs["target_pass_s"]))
+    return (theoretical_speedup(alpha, gamma, costs["cost_ratio_c"]),
+            hardware_speedup(alpha, gamma, costs["draft_step_s"], costs["target_pass_s"]))
+
+
 def make_record(draft: str, domain: str, gamma: int, label, temperature: float, n_prompts: int, spec: dict,
-                base: dict, costs: dict) -> dict:
+                base: dict, costs: dict, threshold: float = 0.0) -> dict:
     """One results.json record from a speculative pass, its target-only baseline and the measured costs."""
     stats = acceptance(spec["steps"])
     alpha = stats["alpha"]
-    known = not math.isnan(alpha)
+    theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs)
     return {"draft": draft, "domain": domain, "gamma": gamma, "gamma_setting": label, "temperature": temperature,
+            "confidence_threshold": threshold,
             "n_prompts": n_prompts, "new_tokens": spec["new_tokens"], "alpha": alpha, "tau": stats["tau"],
             "accepted_per_proposed": stats["accepted_per_proposed"],
+            "mean_drafted": stats["drafted"] / stats["verify_calls"] if stats["verify_calls"] else float("nan"),
             "per_position_accept": per_position_accept(spec["steps"], gamma),
             "target_tok_s": base["tok_s"], "spec_tok_s": spec["tok_s"], "speedup": spec["tok_s"] / base["tok_s"],
             "cost_ratio_c": costs["cost_ratio_c"],
-            "theoretical_speedup": theoretical_speedup(alpha, gamma, costs["cost_ratio_c"]) if known else float("nan"),
-            "hardware_expected_speedup": hardware_speedup(alpha, gamma, costs["draft_step_s"], costs["target_pass_s"])
-            if known else float("nan"),
+            "theoretical_speedup": theoretical, "hardware_expected_speedup": expected,
             "accept_by_entropy": accept_by_entropy(spec["steps"]),
             "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
 
@@ -86,14 +103,15 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     model is measured once per draft (into conditions["costs"])."""
     records = []
     with grid_progress() as progress:  # one tick per timed configuration: baselines and speculative runs
-        runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(drafts) * len(gammas))
+        settings = draft_settings(gammas, thresholds_of(cfg))
+        runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(drafts) * len(settings))
         task = progress.add_task("decoding", total=runs)
         for domain in cfg.domains:
             prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
             for name, draft in drafts.items():  # warm-up and cost model, once per draft
                 first = name not in conditions["costs"]
                 progress.update(task, description=f"{domain}: warm-up" + (", cost model" if first else ""))
-                generate(target, DraftModelProposer(draft), prompts[0], 2, 8)
+                generate(target, DraftModelProposer(draft, max(thresholds_of(cfg))), prompts[0], 2, 8)
                 if first:
                     conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
             for temperature in cfg.temperature:
@@ -104,8 +122,9 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
                 for name, draft in drafts.items():
                     costs = conditions["costs"][name]
-                    for gamma in gammas:
-                        progress.update(task, description=f"{domain} T={temperature:g} {short(name)} gamma={gamma}")
+                    for gamma, threshold in settings:
+                        progress.update(task, description=f"{domain} T={temperature:g} {short(name)} gamma={gamma}"
+                                        + (f" stop<{threshold:g}" if threshold else ""))
                         label = gamma
                         if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
                             pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
@@ -113,22 +132,41 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                             gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
                                                   costs["target_pass_s"][: cfg.max_auto_gamma + 1])
                             label = f"auto:{gamma}"
-                        spec = timed(target, DraftModelProposer(draft), prompts, gamma, cfg, params, eos, True)
+                        spec = timed(target, DraftModelProposer(draft, threshold), prompts, gamma, cfg, params, eos,
+                                     True)
                         rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base,
-                                          costs)
+                                          costs, threshold)
                         records.append(rec)
                         write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
                         progress.advance(task)
-                        log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
-                                 short(name), domain, label, temperature, rec["alpha"], rec["tau"], rec["speedup"],
-                                 rec["hardware_expected_speedup"])
+                        log.info("%s %s g=%s stop<%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
+                                 short(name), domain, label, threshold, temperature, rec["alpha"], rec["tau"],
+                                 rec["speedup"], rec["hardware_expected_speedup"])
     return records
+
+
+def thresholds_of(cfg: DictConfig) -> list[float]:
+    """`confidence_threshold` as a list (a single number is allowed)."""
+    value = cfg.get("confidence_threshold", 0.0)
+    return [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+
+
+def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:
+    """The (gamma, confidence_threshold) pairs to run. gamma=1 runs once, with the first threshold: a threshold acts
+    only after a drafted token that is not the last, so it cannot change a one-token draft."""
+    return [(g, th) for g in gammas for th in (thresholds[:1] if g == 1 else thresholds)]
 
 
 def check_eval_config(cfg: DictConfig) -> None:
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
         raise ValueError(f"gamma must be integers >= 1 or 'auto', got {gammas}.")
+    thresholds = thresholds_of(cfg)
+    if not thresholds or any(not 0 <= t < 1 for t in thresholds):
+        raise ValueError(f"confidence_threshold must be numbers in [0, 1) (0 = always draft gamma), got {thresholds}.")
+    if "auto" in gammas and any(thresholds):
+        raise ValueError("gamma=auto picks a fixed draft length from the cost model; with confidence_threshold, "
+                         "give the longest draft instead, e.g. gamma=[4,6].")
     for t in cfg.temperature:
         if t < 0:
             raise ValueError(f"temperature must be >= 0, got {t}.")
@@ -183,7 +221,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     if cfg.wandb.enabled:
         log_eval_to_wandb(records, conditions, files, OmegaConf.to_container(cfg.wandb, resolve=True), Path(cfg.out))
     if cfg.update_card:  # append these measurements to each local draft folder's model card
-        keep = ("domain", "gamma", "temperature", "alpha", "tau", "speedup", "n_prompts")
+        keep = ("domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau", "speedup", "n_prompts")
         for name in drafts:
             if Path(name).is_dir():
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,

@@ -39,10 +39,10 @@ from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 
 
-def ours(target, draft, gamma, steps: list | None = None):
+def ours(target, draft, gamma, steps: list | None = None, threshold: float = 0.0):
     """Our decoder as a method; with `steps`, each generation's step logs are appended to it (for alpha)."""
     def run(prompt, max_new, eos):
-        proposer = DraftModelProposer(draft) if draft is not None else NoProposer()
+        proposer = DraftModelProposer(draft, threshold) if draft is not None else NoProposer()
         gen = generate(target, proposer, prompt, gamma if draft is not None else 0, max_new, eos_token_ids=eos)
         if steps is not None:
             steps.extend(gen.steps)
@@ -50,11 +50,11 @@ def ours(target, draft, gamma, steps: list | None = None):
     return run
 
 
-def hf(target, draft, gamma):
-    if draft is not None:  # a fixed number of drafted tokens, no confidence-based early stop: same work as ours
+def hf(target, draft, gamma, threshold: float = 0.0):
+    if draft is not None:  # up to gamma drafted tokens, stopped by the same confidence threshold as ours (0: none)
         draft.generation_config.num_assistant_tokens = gamma
         draft.generation_config.num_assistant_tokens_schedule = "constant"
-        draft.generation_config.assistant_confidence_threshold = 0.0
+        draft.generation_config.assistant_confidence_threshold = threshold
 
     def run(prompt, max_new, eos):
         ids = torch.tensor([prompt], device=target.device)
@@ -105,6 +105,9 @@ def bench(cfg: DictConfig) -> dict:
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     if cfg.gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
+    threshold = float(cfg.get("confidence_threshold", 0.0))
+    if not 0 <= threshold < 1:
+        raise ValueError(f"confidence_threshold must be in [0, 1) (0 = always draft gamma), got {threshold}.")
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
     draft = load_frozen(cfg.draft, dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
@@ -117,32 +120,33 @@ def bench(cfg: DictConfig) -> dict:
     fast_draft, quant = quantize_draft(small_head, cfg.draft_quant, copy=small_head is draft)
     steps = {"ours_speculative": [], "ours_speculative_float_draft": [], "ours_speculative_full_head": []}
     methods = {"ours_target_only": with_layout(ours(target, None, 0), [target], max_rows, cfg.cpu_matmul),
-               "ours_speculative": with_layout(ours(target, fast_draft, cfg.gamma, steps["ours_speculative"]),
-                                               [target, fast_draft], max_rows, cfg.cpu_matmul),
-               "hf_target_only": hf(target, None, 0), "hf_assisted": hf(target, draft, cfg.gamma)}
+               "ours_speculative": with_layout(
+                   ours(target, fast_draft, cfg.gamma, steps["ours_speculative"], threshold), [target, fast_draft],
+                   max_rows, cfg.cpu_matmul),
+               "hf_target_only": hf(target, None, 0), "hf_assisted": hf(target, draft, cfg.gamma, threshold)}
     if quant["quantized"]:  # what the int8 draft buys, in the same run
         methods["ours_speculative_float_draft"] = with_layout(
-            ours(target, draft, cfg.gamma, steps["ours_speculative_float_draft"]), [target, draft], max_rows,
-            cfg.cpu_matmul)
+            ours(target, draft, cfg.gamma, steps["ours_speculative_float_draft"], threshold), [target, draft],
+            max_rows, cfg.cpu_matmul)
     if vocab["restricted"]:  # what the smaller draft head buys, in the same run (int8 as configured)
         full_head = quantize_draft(draft, cfg.draft_quant, copy=True)[0]
         methods["ours_speculative_full_head"] = with_layout(
-            ours(target, full_head, cfg.gamma, steps["ours_speculative_full_head"]), [target, full_head], max_rows,
-            cfg.cpu_matmul)
+            ours(target, full_head, cfg.gamma, steps["ours_speculative_full_head"], threshold), [target, full_head],
+            max_rows, cfg.cpu_matmul)
     if cfg.compile:  # the same two runs again, with static caches and compiled passes
         session = CompiledDecoding([target, fast_draft], run_length(prompts, cfg.max_new_tokens, cfg.gamma), max_rows)
         steps["ours_speculative_compiled"] = []
         for name, run in (("ours_target_only_compiled", ours(target, None, 0)),
                           ("ours_speculative_compiled", ours(target, fast_draft, cfg.gamma,
-                                                             steps["ours_speculative_compiled"]))):
+                                                             steps["ours_speculative_compiled"], threshold))):
             methods[name] = with_compiled(with_layout(run, [target, fast_draft], max_rows, cfg.cpu_matmul), session)
     plans = [plan_for(m, max_rows, cfg.cpu_matmul) for m in (target, fast_draft)]  # times the layouts once (cached)
     layout = dict(zip(["target", "draft"], plans))
     if quant["quantized"]:
         layout["float_draft"] = plan_for(draft, max_rows, cfg.cpu_matmul)
     if any(set(p["layout"]) != {"torch"} for p in plans) or quant["quantized"] or vocab["restricted"]:
-        methods["hf_assisted_our_kernels"] = with_layout(hf(target, fast_draft, cfg.gamma), [target, fast_draft],
-                                                         max_rows, cfg.cpu_matmul)
+        methods["hf_assisted_our_kernels"] = with_layout(hf(target, fast_draft, cfg.gamma, threshold),
+                                                         [target, fast_draft], max_rows, cfg.cpu_matmul)
     results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats,
                       after_warmup=lambda: [s.clear() for s in steps.values()])
     reference = results["ours_target_only"]["outputs"]
@@ -161,8 +165,9 @@ def bench(cfg: DictConfig) -> dict:
     same = (results["ours_speculative"]["tok_s"] / results["hf_assisted_our_kernels"]["tok_s"]
             if "hf_assisted_our_kernels" in results else None)
     where = target.device if target.device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
-    print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}, {len(prompts)} {cfg.domain} prompts, "
-          f"max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
+    stops = f" stopped when the draft's probability < {threshold:g}" if threshold else ""
+    print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}{stops}, {len(prompts)} {cfg.domain} "
+          f"prompts, max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
     compiled = (results["ours_speculative_compiled"]["tok_s"] / results["hf_assisted"]["tok_s"]
                 if "ours_speculative_compiled" in results else None)
     if compiled is not None:

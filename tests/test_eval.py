@@ -88,6 +88,7 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     from transformers import GenerationConfig
     loaded = GenerationConfig.from_pretrained(folder)
     assert loaded.num_assistant_tokens == 2 and loaded.num_assistant_tokens_schedule == "constant"
+    assert loaded.assistant_confidence_threshold == 0.0  # as measured: no early stop (transformers' default: 0.4)
     assert loaded.eos_token_id == 2 and "num_assistant_tokens = 2  # already this folder's default" in card
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())["conditions"]
     assert saved["draft_vocab"][str(folder)] == {"size": 64, "restricted": True, "vocab_size": 320}
@@ -120,6 +121,24 @@ def test_compiled_decoding_gives_the_same_tokens_and_is_recorded(tmp_path, tiny_
     assert "compiled passes on static caches" in (folder / "README.md").read_text()
 
 
+def test_confidence_threshold_sweep_records_and_expected_speedup(tmp_path, tiny_target_dir, tiny_draft_dir):
+    from decode.metrics import replayed_speedup
+
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,3]", "domains=[general]",
+                                "confidence_threshold=[0,0.1]", "max_new_tokens=24"))
+    one, fixed, stopped = records  # a threshold cannot change a one-token draft: gamma=1 runs once
+    assert (one["gamma"], one["confidence_threshold"], fixed["gamma"], stopped["gamma"]) == (1, 0.0, 3, 3)
+    assert (fixed["confidence_threshold"], stopped["confidence_threshold"]) == (0.0, 0.1)
+    assert fixed["mean_drafted"] > stopped["mean_drafted"] >= 1  # the threshold cut some drafts short
+    assert fixed["greedy_identical"] and stopped["greedy_identical"]
+    assert 0 < stopped["hardware_expected_speedup"] and 0 < stopped["theoretical_speedup"]
+    assert "| 0.100 |" in (tmp_path / "eval" / "results.md").read_text()
+    # for fixed-length drafts, replaying the cost model on the steps is Leviathan's formula with tau for alpha's part
+    steps = [(3, 3), (3, 0), (3, 1), (2, 2)]  # the last step cut short by max_new_tokens
+    assert replayed_speedup(steps, 0.1, [1.0] * 4) == pytest.approx((4 + 1 + 2 + 3) / (3 * 1.3 + 1.2))
+    assert replayed_speedup(steps, 0.1, [1.0, 1.5, 2.0, 2.5]) == pytest.approx(10 / (3 * (0.3 + 2.5) + 0.2 + 2.0))
+
+
 def test_bad_eval_settings_fail_before_work(tmp_path, tiny_target_dir, tiny_draft_dir):
     with pytest.raises(ValueError, match="gamma"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[0]"))
@@ -127,6 +146,10 @@ def test_bad_eval_settings_fail_before_work(tmp_path, tiny_target_dir, tiny_draf
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "temperature=[-1]"))
     with pytest.raises(ValueError, match="top_p"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "top_p=1.5"))
+    with pytest.raises(ValueError, match="confidence_threshold"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "confidence_threshold=[1.0]"))
+    with pytest.raises(ValueError, match="gamma=auto"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "confidence_threshold=0.5"))
 
 
 def test_prompts(tokenizer, tmp_path):
@@ -182,3 +205,9 @@ def test_card_snippets_use_the_best_measured_gamma():
 
     slower = render({"target": "t", "evaluations": [ev(1, 0.91), ev(2, 0.85)]}, "export")
     assert "gamma = 1" in slower and "No measurement above pays" in slower
+    assert "assistant_confidence_threshold = 0  # transformers' default 0.4" in card  # fixed gamma, as measured
+
+    stopped = render({"target": "t", "evaluations": [ev(1, 1.04), {**ev(4, 1.12), "confidence_threshold": 0.6}]},
+                     "export")
+    assert "| <= 4, stop < 0.6 |" in stopped and "up to 4 tokens" in stopped
+    assert "assistant_confidence_threshold = 0.6" in stopped and '"num_speculative_tokens": 4' in stopped

@@ -37,7 +37,7 @@ def tiny_overrides(tmp_path, tiny_target_dir, text_file, *extra) -> list[str]:
 def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_file):
     # spec_eval decodes with an int8 copy of the draft with a cut head: the checkpoint and export must stay as trained
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "spec_eval.draft_quant=int8",
-                             "spec_eval.draft_vocab=64"))
+                             "spec_eval.draft_vocab=64", "spec_eval.gamma=3", "spec_eval.confidence_threshold=0.1"))
     run = tmp_path / "run"
     assert summary["steps"] == 3
     assert json.loads((run / "summary.json").read_text())["export"] == str(run / "export")
@@ -64,7 +64,10 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
     assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
     assert "draft head over the first 64 token ids" in card and exported.lm_head.out_features == len(tokenizer)
-    assert exported.generation_config.num_assistant_tokens == 1  # the measured gamma (spec_eval.gamma), not 20
+    # transformers drafts as measured (spec_eval.gamma and .confidence_threshold), not its defaults 20 and 0.4
+    assert exported.generation_config.num_assistant_tokens == 3
+    assert exported.generation_config.assistant_confidence_threshold == pytest.approx(0.1)
+    assert "| <= 3, stop < 0.1 |" in card
 
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")

@@ -25,9 +25,13 @@ class SpeculativeEval(L.Callback):
     def __init__(self, prompts: list[list[int]], gamma: int = 4, max_new_tokens: int = 32,
                  every_n_validations: int = 1, temperature: float = 0.0, eos_token_ids: set[int] | None = None,
                  seed: int = 0, cpu_matmul: str = "auto", draft_quant: str = "auto",
-                 draft_vocab: int | str | None = None, special_ids=()):
+                 draft_vocab: int | str | None = None, special_ids=(), confidence_threshold: float = 0.0):
         if gamma < 1 or max_new_tokens < 1 or every_n_validations < 1 or not prompts:
             raise ValueError("spec_eval needs prompts, gamma >= 1, max_new_tokens >= 1 and every_n_validations >= 1.")
+        if not 0 <= confidence_threshold < 1:
+            raise ValueError(f"spec_eval.confidence_threshold must be in [0, 1) (0 = always draft gamma), "
+                             f"got {confidence_threshold}.")
+        self.threshold = confidence_threshold  # stop drafting after a token the draft is less sure of
         self.prompts, self.gamma, self.max_new_tokens = prompts, gamma, max_new_tokens
         self.every, self.params, self.eos, self.seed = every_n_validations, SamplingParams(temperature), eos_token_ids, seed
         self.cpu_matmul = cpu_matmul  # decode/fast_linear.py: the small-batch matmul layout on CPU
@@ -43,13 +47,14 @@ class SpeculativeEval(L.Callback):
         draft, vocab = restrict_vocab(draft, self.draft_vocab, self.special_ids, copy=True)
         draft, quant = quantize_draft(draft, self.draft_quant, copy=draft is trained)
         with fast_cpu_linears([target, draft], self.gamma + 1, self.cpu_matmul):
-            generate(target, DraftModelProposer(draft), self.prompts[0], self.gamma, 4)  # warm-up
+            generate(target, DraftModelProposer(draft, self.threshold), self.prompts[0], self.gamma, 4)  # warm-up
             base = generate_all(target, NoProposer(), self.prompts, 0, **run)
-            spec = generate_all(target, DraftModelProposer(draft), self.prompts, self.gamma, **run)
+            spec = generate_all(target, DraftModelProposer(draft, self.threshold), self.prompts, self.gamma, **run)
         stats = acceptance(spec["steps"])
         base_tok_s, spec_tok_s = base["new_tokens"] / base["seconds"], spec["new_tokens"] / spec["seconds"]
         return {"alpha": stats["alpha"], "tau": stats["tau"], "speedup": spec_tok_s / base_tok_s,
                 "target_tok_s": base_tok_s, "spec_tok_s": spec_tok_s, "gamma": self.gamma,
+                "confidence_threshold": self.threshold,
                 "n_prompts": len(self.prompts), "max_new_tokens": self.max_new_tokens,
                 "temperature": self.params.temperature, "threads": torch.get_num_threads(),
                 "cpu_matmul": self.cpu_matmul, "draft_int8": quant["quantized"],

@@ -197,7 +197,8 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
     return SpeculativeEval(prompts, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
                            every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
                            seed=cfg.seed, cpu_matmul=s.cpu_matmul, draft_quant=s.draft_quant,
-                           draft_vocab=s.get("draft_vocab"), special_ids=special_token_ids(tokenizer, target))
+                           draft_vocab=s.get("draft_vocab"), special_ids=special_token_ids(tokenizer, target),
+                           confidence_threshold=float(s.get("confidence_threshold", 0.0)))
 
 
 def decoding_conditions(measured: dict) -> str:

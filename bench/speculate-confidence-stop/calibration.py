@@ -1,0 +1,113 @@
+"""How sure the draft is, against how often the target agrees: the data behind `confidence_threshold`.
+
+Along the target's own greedy continuations of the built-in prompts, the draft (int8, head cut to 8192 ids, as it
+decodes on CPU) is run teacher-forced; each position gives the draft's top-1 probability and whether its argmax is the
+target's token. For greedy decoding this is exact: the decoder accepts a drafted token iff it is the target's next
+greedy token, and after any rejection decoding continues on the target's path. Then every stopping rule is replayed
+on those positions with the cost model measured here (decode/costs.py), as decode/metrics.replayed_speedup does.
+
+    python bench/speculate-confidence-stop/calibration.py draft=outputs/distill/<run>/export
+
+Prints the calibration table and the expected speedups; writes calibration.json next to this file (or out=<file>).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # a bench script run from anywhere: the repository's packages
+
+from data.prompts import encode_prompt, load_prompts  # noqa: E402
+from decode.costs import measure_costs  # noqa: E402
+from decode.draft_vocab import restrict_vocab  # noqa: E402
+from decode.fast_linear import fast_cpu_linears  # noqa: E402
+from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids  # noqa: E402
+from decode.quantize import quantize_draft  # noqa: E402
+from decode.runtime import setup_cpu  # noqa: E402
+from decode.speculative import NoProposer, generate  # noqa: E402
+
+EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.0001)
+MAX_GAMMA = 6
+
+
+def positions(target, draft, prompts, max_new_tokens, eos):
+    """Per prompt: (draft top-1 probability, draft argmax == target token) at each target greedy position."""
+    out = []
+    for prompt in prompts:
+        path = generate(target, NoProposer(), prompt, 0, max_new_tokens, eos_token_ids=eos).tokens
+        with torch.inference_mode():
+            logits = draft(input_ids=torch.tensor([prompt + path])).logits[0, len(prompt) - 1: -1].float()
+        conf, top = torch.softmax(logits, -1).max(-1)
+        out.append(list(zip(conf.tolist(), (top == torch.tensor(path)).tolist())))
+    return out
+
+
+def replay(paths, gamma: int, threshold: float, draft_s: float, passes: list[float]) -> dict:
+    """Greedy speculative decoding on the recorded positions: draft up to gamma, stop after a token whose probability
+    is < threshold, accept the leading matches, emit one more; the cost model prices each step."""
+    emitted = cost = drafted = steps = 0
+    for path in paths:
+        i = 0
+        while i < len(path):
+            d = 0
+            while d < gamma and i + d < len(path) - 1:
+                d += 1
+                if path[i + d - 1][0] < threshold:
+                    break
+            n = 0
+            while n < d and path[i + n][1]:
+                n += 1
+            emitted, cost = emitted + min(n + 1, len(path) - i), cost + d * draft_s + passes[d]
+            drafted, steps, i = drafted + d, steps + 1, i + n + 1
+    return {"gamma": gamma, "threshold": threshold, "expected_speedup": emitted * passes[0] / cost,
+            "mean_drafted": drafted / steps}
+
+
+def main(draft_dir: str, out: Path, n_prompts: int = 12, max_new_tokens: int = 128) -> dict:
+    setup_cpu(None, True)
+    name = "embedded:smollm2-135m-instruct"
+    tokenizer, target = load_tokenizer(name), load_frozen(name)
+    draft = next(iter(load_drafts([draft_dir], tokenizer, target, name).values()))
+    restrict_vocab(draft, "auto", special_token_ids(tokenizer, target))
+    quantize_draft(draft, "int8")
+    eos = eos_token_ids(tokenizer, target)
+    result = {"draft": draft_dir, "n_prompts": n_prompts, "max_new_tokens": max_new_tokens, "domains": {}}
+    with fast_cpu_linears([target, draft], MAX_GAMMA + 1, "auto"):
+        for domain in ("general", "medical"):
+            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, n_prompts)]
+            paths = positions(target, draft, prompts, max_new_tokens, eos)
+            costs = measure_costs(target, draft, prompts[0], MAX_GAMMA + 1)
+            flat = [p for path in paths for p in path]
+            table = []
+            for lo, hi in zip(EDGES, EDGES[1:]):
+                inside = [ok for c, ok in flat if lo <= c < hi]
+                bucket = f"[{lo:g}, {min(hi, 1):g}{']' if hi > 1 else ')'}"
+                table.append({"confidence": bucket, "share": len(inside) / len(flat),
+                              "target_agrees": sum(inside) / len(inside) if inside else float("nan")})
+            settings = [(g, th) for g in range(1, MAX_GAMMA + 1) for th in (0.0, 0.5, 0.7, 0.8, 0.9, 0.95)
+                        if g > 1 or th == 0]  # a threshold cannot shorten a one-token draft
+            rules = [replay(paths, g, th, costs["draft_step_s"], costs["target_pass_s"]) for g, th in settings]
+            result["domains"][domain] = {"positions": len(flat), "calibration": table, "costs": costs, "rules": rules}
+            print(f"\n{domain}: {len(flat)} positions, draft step {costs['draft_step_s'] * 1e3:.2f} ms, target pass "
+                  + " / ".join(f"{t * 1e3:.1f}" for t in costs["target_pass_s"]) + " ms (k = 1..)")
+            print("| draft top-1 probability | share of positions | target agrees |\n|---|---|---|")
+            for row in table:
+                print(f"| {row['confidence']} | {row['share']:.3f} | {row['target_agrees']:.3f} |")
+            best = sorted(rules, key=lambda r: -r["expected_speedup"])[:5]
+            print("best rules (cost model replayed on these positions): " + "; ".join(
+                f"gamma<={r['gamma']} stop<{r['threshold']:g}: {r['expected_speedup']:.3f}x" for r in best))
+            print("fixed gamma: " + ", ".join(f"{r['gamma']}: {r['expected_speedup']:.3f}x" for r in rules
+                                              if r["threshold"] == 0))
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    args = dict(a.split("=", 1) for a in sys.argv[1:])
+    main(args["draft"], Path(args.get("out", Path(__file__).with_name("calibration.json"))))

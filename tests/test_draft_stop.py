@@ -1,0 +1,97 @@
+"""Drafting that stops early when the draft is unsure (`confidence_threshold`): still lossless, greedy and sampled.
+
+The sampled law is checked on the whole decoder (proposer, verifier, caches, accept/reject) with bigram "models"
+whose next-token law depends on the last token only, so the target's law of two tokens is known exactly."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from conftest import make_model
+from decode.metrics import acceptance
+from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, draft_confidence, generate
+
+V = 300
+
+
+class BigramLM(torch.nn.Module):
+    """Logits of the next token = table[last token]: a causal LM with a trivially known law."""
+
+    def __init__(self, table: torch.Tensor):
+        super().__init__()
+        self.table = table
+        self.config = LlamaConfig(vocab_size=table.shape[0], hidden_size=8, num_hidden_layers=1,
+                                  num_attention_heads=1, num_key_value_heads=1, intermediate_size=8)
+        self.device = torch.device("cpu")
+
+    def forward(self, input_ids, cache=None, use_cache=True, logits_to_keep=0):
+        return SimpleNamespace(logits=self.table[input_ids][:, -logits_to_keep:])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_model(V, layers=3, hidden=32, seed=1, init=0.3), make_model(V, layers=1, hidden=32, seed=2, init=0.3)
+
+
+@pytest.mark.parametrize("gamma,threshold", [(2, 0.05), (4, 0.2), (6, 0.5)])
+def test_greedy_output_is_the_targets_and_drafts_stop_early(pair, gamma, threshold):
+    target, draft = pair
+    reference = generate(target, NoProposer(), [5, 9, 17], 0, 30).tokens
+    gen = generate(target, DraftModelProposer(draft, threshold), [5, 9, 17], gamma, 30)
+    assert gen.tokens == reference
+    drafted = [s.drafted for s in gen.steps]
+    assert all(1 <= d <= gamma for d in drafted[:-1])  # the last step may be cut by max_new_tokens
+    assert min(drafted) < gamma  # the threshold did stop some drafts
+
+
+def test_a_sure_draft_drafts_gamma_and_an_unsure_one_drafts_one(pair):
+    target, draft = pair
+    prompt = [5, 9, 17, 33]
+    same = generate(target, DraftModelProposer(target, 1e-9), prompt, 3, 24)
+    assert acceptance(same.steps)["tau"] == 4 and all(s.drafted == 3 for s in same.steps)
+    unsure = generate(target, DraftModelProposer(draft, 0.999), prompt, 4, 24)  # a random draft is never that sure
+    assert {s.drafted for s in unsure.steps} == {0, 1}  # 0: the last step, with no room left to draft
+    assert unsure.tokens == generate(target, NoProposer(), prompt, 0, 24).tokens
+
+
+def test_draft_confidence_is_the_softmax_probability():
+    logits = torch.tensor([2.0, 0.0, float("-inf"), 1.0])
+    assert draft_confidence(logits, 0) == pytest.approx(torch.softmax(logits, -1)[0].item())
+
+
+@pytest.mark.parametrize("threshold", [-0.1, 1.0, 2.0])
+def test_bad_threshold(pair, threshold):
+    with pytest.raises(ValueError, match="confidence_threshold"):
+        DraftModelProposer(pair[1], threshold)
+
+
+@pytest.mark.parametrize("temperature,top_p,threshold", [(1.0, None, 0.3), (0.7, 0.9, 0.5)])
+def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p, threshold):
+    """Joint law of the first two emitted tokens over 25k decodings at gamma=3: TV to the target's exact law <= 0.02
+    (sampling noise alone: ~0.01), and drafts of several lengths really happened."""
+    vocab, draws = 4, 25_000
+    g = torch.Generator().manual_seed(3)
+    t_table, d_table = torch.randn(vocab, vocab, generator=g) * 1.5, torch.randn(vocab, vocab, generator=g) * 1.5
+    target, draft = BigramLM(t_table), BigramLM(d_table)
+    params = SamplingParams(temperature, top_p=top_p)
+    p, q = params.probs(t_table), params.probs(d_table)  # p[a, b] = P(next = b | last = a)
+    exact = p[2][:, None] * p  # the prompt ends in token 2: P(x1, x2) = p(x1 | 2) p(x2 | x1)
+    counts, lengths = torch.zeros(vocab, vocab), set()
+    sampler = torch.Generator().manual_seed(0)
+    proposer = DraftModelProposer(draft, threshold)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
+    try:
+        for _ in range(draws):
+            gen = generate(target, proposer, [1, 2], 3, 4, params, generator=sampler)
+            counts[gen.tokens[0], gen.tokens[1]] += 1
+            lengths.update(s.drafted for s in gen.steps[:1])
+    finally:
+        torch.set_num_threads(threads)
+    tv = 0.5 * (counts / draws - exact).abs().sum().item()
+    assert tv <= 0.02, tv
+    assert lengths == {1, 2, 3}  # the first step stopped after 1 and 2 drafted tokens, and drafted all 3
+    wrong = 0.5 * (counts / draws - q[2][:, None] * q).abs().sum().item()
+    assert wrong > 0.1, wrong  # the test tells the draft's law from the target's
