@@ -43,6 +43,8 @@ timeout "${BENCH_T:-270}" "$PY" scripts/bench_decoder.py draft=/tmp/draftsmith-d
   || { echo "bench_decoder compile=true: exit $?; eager only:"
        timeout "${EAGER_T:-100}" "$PY" scripts/bench_decoder.py draft=/tmp/draftsmith-draft $DEV gamma=1 $BENCH \
          out="$OUT/bench" || echo "bench_decoder: exit $?"; }
-# Acceptance, tau, speedup and the cost model with compiled passes.
+# Acceptance, tau, speedup and the cost model with compiled passes. SPEC_GAMMA / SPEC_STOP change the grid, e.g.
+# SPEC_GAMMA=[1,3] SPEC_STOP=[0,0.7] for drafts stopped when unsure (confidence_threshold).
 timeout "${SPEC_T:-150}" "$PY" eval/speculate.py "drafts=[/tmp/draftsmith-draft]" $DEV "domains=[general]" \
-  "gamma=[1,2]" "temperature=[0,1.0]" compile=true $SPEC out="$OUT/spec" || echo "speculate: exit $?"
+  "gamma=${SPEC_GAMMA:-[1,2]}" "confidence_threshold=${SPEC_STOP:-[0]}" "temperature=[0,1.0]" compile=true $SPEC \
+  out="$OUT/spec" || echo "speculate: exit $?"
