@@ -312,6 +312,7 @@ def test_decoding_conditions_caption():
     assert decoding_conditions({}) == ""
     assert decoding_conditions({"draft_int8": True, "draft_vocab": 8192}) == (
         ", int8 draft weights, draft head over the first 8192 token ids")
+    assert decoding_conditions({"confidence_threshold": 0.8}) == " at most, stopped after a token the draft gives p < 0.8"
 
 
 def test_step_description():

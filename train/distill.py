@@ -203,7 +203,9 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
 
 def decoding_conditions(measured: dict) -> str:
     """What the callback's decoding ran with, for the before/after table's caption."""
-    return ((", int8 draft weights" if measured.get("draft_int8") else "")
+    threshold = measured.get("confidence_threshold")
+    return ((f" at most, stopped after a token the draft gives p < {threshold:g}" if threshold else "")
+            + (", int8 draft weights" if measured.get("draft_int8") else "")
             + (f", draft head over the first {measured['draft_vocab']} token ids" if measured.get("draft_vocab") else ""))
 
 
