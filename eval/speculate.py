@@ -3,6 +3,7 @@
     python eval/speculate.py drafts=[outputs/distill/<run>/export] domains=[general,medical] gamma=[1,2,4] \
         temperature=[0,1.0] max_new_tokens=128 n_prompts=8 out=outputs/speculate/mine
     python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model
+    python eval/speculate.py drafts=[...] gamma=auto confidence_threshold=[0,0.5,0.8]  # greedy: gamma and threshold
     python eval/speculate.py drafts=[...] compile=true   # static KV caches + torch.compile (CUDA graphs on GPUs)
     python eval/speculate.py drafts=[...] draft_vocab=null  # the draft's full LM head (default on CPU: first 8192 ids)
     python eval/speculate.py drafts=[...] gamma=[4] confidence_threshold=[0,0.4,0.7]  # stop drafting when unsure
@@ -29,6 +30,7 @@ from decode.costs import measure_costs
 from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
+from decode.replay import best_rule, draft_positions
 from eval.card import write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
@@ -125,23 +127,24 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     for gamma, threshold in settings:
                         progress.update(task, description=f"{domain} T={temperature:g} {short(name)} gamma={gamma}"
                                         + (f" stop<{threshold:g}" if threshold else ""))
-                        label = gamma
-                        if gamma == "auto":  # pilot at gamma=4 for alpha, then the cost model's best gamma
-                            pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens,
-                                                 params, eos, cfg.seed)
-                            gamma, _ = best_gamma(acceptance(pilot["steps"])["alpha"], costs["draft_step_s"],
-                                                  costs["target_pass_s"][: cfg.max_auto_gamma + 1])
-                            label = f"auto:{gamma}"
+                        label, predicted = gamma, None
+                        if gamma == "auto":
+                            gamma, threshold, label, predicted = choose_auto(cfg, target, draft, prompts, params, eos,
+                                                                             base, costs)
                         spec = timed(target, DraftModelProposer(draft, threshold), prompts, gamma, cfg, params, eos,
                                      True)
                         rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base,
                                           costs, threshold)
+                        if predicted is not None:  # what gamma=auto expected of its choice before running it
+                            rec["auto_expected_speedup"] = predicted
                         records.append(rec)
                         write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
                         progress.advance(task)
-                        log.info("%s %s g=%s stop<%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)",
-                                 short(name), domain, label, threshold, temperature, rec["alpha"], rec["tau"],
-                                 rec["speedup"], rec["hardware_expected_speedup"])
+                        setting = label if str(label).startswith("auto") else (
+                            f"{gamma}" + (f",stop<{threshold:g}" if threshold else ""))
+                        log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", short(name),
+                                 domain, setting, temperature, rec["alpha"], rec["tau"], rec["speedup"],
+                                 rec["hardware_expected_speedup"])
     return records
 
 
@@ -153,8 +156,29 @@ def thresholds_of(cfg: DictConfig) -> list[float]:
 
 def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:
     """The (gamma, confidence_threshold) pairs to run. gamma=1 runs once, with the first threshold: a threshold acts
-    only after a drafted token that is not the last, so it cannot change a one-token draft."""
-    return [(g, th) for g in gammas for th in (thresholds[:1] if g == 1 else thresholds)]
+    only after a drafted token that is not the last, so it cannot change a one-token draft. gamma=auto runs once and
+    chooses its threshold among those given (choose_auto)."""
+    return [(g, th) for g in gammas for th in ([0.0] if g == "auto" else thresholds[:1] if g == 1 else thresholds)]
+
+
+def choose_auto(cfg: DictConfig, target, draft, prompts, params, eos, base: dict, costs: dict) -> tuple:
+    """gamma=auto: (gamma, confidence_threshold, label, expected speedup). Greedy: every gamma in 1..max_auto_gamma
+    and every threshold asked for, replayed on the target-only baseline's tokens, which are the target's greedy path
+    (decode/replay.py: exact acceptance, one teacher-forced draft pass per prompt). Sampling: a gamma=4 pilot for
+    alpha, then the cost model's expected speedup per gamma for i.i.d. acceptance. Either way the simplest rule within
+    `auto_tolerance` of the best expected one."""
+    passes, tolerance = costs["target_pass_s"][: cfg.max_auto_gamma + 1], float(cfg.auto_tolerance)
+    if params.temperature == 0:
+        best = best_rule(draft_positions(draft, prompts, base["tokens"]), costs["draft_step_s"], passes,
+                         len(passes) - 1, thresholds_of(cfg), tolerance)
+        gamma, threshold, expected = best["gamma"], best["confidence_threshold"], best["expected_speedup"]
+    else:
+        pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens, params, eos, cfg.seed)
+        alpha = acceptance(pilot["steps"])["alpha"]
+        options = [(g, hardware_speedup(alpha, g, costs["draft_step_s"], passes)) for g in range(1, len(passes))]
+        top = max(s for _, s in options)
+        (gamma, expected), threshold = next(o for o in options if o[1] >= top * (1 - tolerance)), 0.0
+    return gamma, threshold, f"auto:{gamma}" + (f",stop<{threshold:g}" if threshold else ""), expected
 
 
 def check_eval_config(cfg: DictConfig) -> None:
@@ -164,9 +188,9 @@ def check_eval_config(cfg: DictConfig) -> None:
     thresholds = thresholds_of(cfg)
     if not thresholds or any(not 0 <= t < 1 for t in thresholds):
         raise ValueError(f"confidence_threshold must be numbers in [0, 1) (0 = always draft gamma), got {thresholds}.")
-    if "auto" in gammas and any(thresholds):
-        raise ValueError("gamma=auto picks a fixed draft length from the cost model; with confidence_threshold, "
-                         "give the longest draft instead, e.g. gamma=[4,6].")
+    if "auto" in gammas and any(thresholds) and any(t > 0 for t in cfg.temperature):
+        raise ValueError("gamma=auto chooses a confidence_threshold only at temperature 0 (it replays the target's "
+                         "greedy path); when sampling, give the longest draft instead, e.g. gamma=[4,6].")
     for t in cfg.temperature:
         if t < 0:
             raise ValueError(f"temperature must be >= 0, got {t}.")

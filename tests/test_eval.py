@@ -107,6 +107,19 @@ def test_self_draft_and_gamma_auto(tmp_path, tiny_target_dir):
     assert r["alpha"] == 1.0 and r["gamma_setting"].startswith("auto:")
 
 
+def test_greedy_gamma_auto_replays_every_rule_and_sampling_pilots(tmp_path, tiny_target_dir, tiny_draft_dir):
+    greedy, sampled = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "max_auto_gamma=4",
+                                        "domains=[general]", "confidence_threshold=[0,0.1]", "temperature=[0]",
+                                        "max_new_tokens=24")) + evaluate(
+        eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "max_auto_gamma=4", "domains=[general]",
+                 "temperature=[1.0]", "max_new_tokens=24"))
+    assert 1 <= greedy["gamma"] <= 4 and greedy["greedy_identical"]
+    stop = f",stop<{greedy['confidence_threshold']:g}" if greedy["confidence_threshold"] else ""
+    assert greedy["gamma_setting"] == f"auto:{greedy['gamma']}{stop}"
+    assert sampled["gamma_setting"] == f"auto:{sampled['gamma']}" and sampled["confidence_threshold"] == 0.0
+    assert greedy["auto_expected_speedup"] > 0 and sampled["auto_expected_speedup"] > 0
+
+
 def test_compiled_decoding_gives_the_same_tokens_and_is_recorded(tmp_path, tiny_target_dir, tiny_draft_dir):
     import shutil
 
@@ -148,8 +161,9 @@ def test_bad_eval_settings_fail_before_work(tmp_path, tiny_target_dir, tiny_draf
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "top_p=1.5"))
     with pytest.raises(ValueError, match="confidence_threshold"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "confidence_threshold=[1.0]"))
-    with pytest.raises(ValueError, match="gamma=auto"):
-        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "confidence_threshold=0.5"))
+    with pytest.raises(ValueError, match="gamma=auto"):  # auto picks a threshold only for greedy decoding
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "confidence_threshold=[0,0.5]",
+                          "temperature=[0,1.0]"))
 
 
 def test_prompts(tokenizer, tmp_path):

@@ -4,7 +4,8 @@ Along the target's own greedy continuations of the built-in prompts, the draft (
 decodes on CPU) is run teacher-forced; each position gives the draft's top-1 probability and whether its argmax is the
 target's token. For greedy decoding this is exact: the decoder accepts a drafted token iff it is the target's next
 greedy token, and after any rejection decoding continues on the target's path. Then every stopping rule is replayed
-on those positions with the cost model measured here (decode/costs.py), as decode/metrics.replayed_speedup does.
+on those positions (decode/replay.py, as `eval/speculate.py gamma=auto` does) and priced with the cost model measured
+here (decode/costs.py).
 
     python bench/speculate-confidence-stop/calibration.py draft=outputs/distill/<run>/export
 
@@ -17,8 +18,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # a bench script run from anywhere: the repository's packages
 
@@ -28,44 +27,13 @@ from decode.draft_vocab import restrict_vocab  # noqa: E402
 from decode.fast_linear import fast_cpu_linears  # noqa: E402
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids  # noqa: E402
 from decode.quantize import quantize_draft  # noqa: E402
+from decode.metrics import replayed_speedup  # noqa: E402
+from decode.replay import draft_positions, replay_steps  # noqa: E402
 from decode.runtime import setup_cpu  # noqa: E402
 from decode.speculative import NoProposer, generate  # noqa: E402
 
 EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.0001)
 MAX_GAMMA = 6
-
-
-def positions(target, draft, prompts, max_new_tokens, eos):
-    """Per prompt: (draft top-1 probability, draft argmax == target token) at each target greedy position."""
-    out = []
-    for prompt in prompts:
-        path = generate(target, NoProposer(), prompt, 0, max_new_tokens, eos_token_ids=eos).tokens
-        with torch.inference_mode():
-            logits = draft(input_ids=torch.tensor([prompt + path])).logits[0, len(prompt) - 1: -1].float()
-        conf, top = torch.softmax(logits, -1).max(-1)
-        out.append(list(zip(conf.tolist(), (top == torch.tensor(path)).tolist())))
-    return out
-
-
-def replay(paths, gamma: int, threshold: float, draft_s: float, passes: list[float]) -> dict:
-    """Greedy speculative decoding on the recorded positions: draft up to gamma, stop after a token whose probability
-    is < threshold, accept the leading matches, emit one more; the cost model prices each step."""
-    emitted = cost = drafted = steps = 0
-    for path in paths:
-        i = 0
-        while i < len(path):
-            d = 0
-            while d < gamma and i + d < len(path) - 1:
-                d += 1
-                if path[i + d - 1][0] < threshold:
-                    break
-            n = 0
-            while n < d and path[i + n][1]:
-                n += 1
-            emitted, cost = emitted + min(n + 1, len(path) - i), cost + d * draft_s + passes[d]
-            drafted, steps, i = drafted + d, steps + 1, i + n + 1
-    return {"gamma": gamma, "threshold": threshold, "expected_speedup": emitted * passes[0] / cost,
-            "mean_drafted": drafted / steps}
 
 
 def main(draft_dir: str, out: Path, n_prompts: int = 12, max_new_tokens: int = 128) -> dict:
@@ -80,7 +48,8 @@ def main(draft_dir: str, out: Path, n_prompts: int = 12, max_new_tokens: int = 1
     with fast_cpu_linears([target, draft], MAX_GAMMA + 1, "auto"):
         for domain in ("general", "medical"):
             prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, n_prompts)]
-            paths = positions(target, draft, prompts, max_new_tokens, eos)
+            greedy = [generate(target, NoProposer(), p, 0, max_new_tokens, eos_token_ids=eos).tokens for p in prompts]
+            paths = draft_positions(draft, prompts, greedy)
             costs = measure_costs(target, draft, prompts[0], MAX_GAMMA + 1)
             flat = [p for path in paths for p in path]
             table = []
@@ -91,7 +60,12 @@ def main(draft_dir: str, out: Path, n_prompts: int = 12, max_new_tokens: int = 1
                               "target_agrees": sum(inside) / len(inside) if inside else float("nan")})
             settings = [(g, th) for g in range(1, MAX_GAMMA + 1) for th in (0.0, 0.5, 0.7, 0.8, 0.9, 0.95)
                         if g > 1 or th == 0]  # a threshold cannot shorten a one-token draft
-            rules = [replay(paths, g, th, costs["draft_step_s"], costs["target_pass_s"]) for g, th in settings]
+            rules = []
+            for g, th in settings:
+                steps = replay_steps(paths, g, th)
+                expected = replayed_speedup(steps, costs["draft_step_s"], costs["target_pass_s"])
+                rules.append({"gamma": g, "threshold": th, "mean_drafted": sum(d for d, _ in steps) / len(steps),
+                              "expected_speedup": expected})
             result["domains"][domain] = {"positions": len(flat), "calibration": table, "costs": costs, "rules": rules}
             print(f"\n{domain}: {len(flat)} positions, draft step {costs['draft_step_s'] * 1e3:.2f} ms, target pass "
                   + " / ".join(f"{t * 1e3:.1f}" for t in costs["target_pass_s"]) + " ms (k = 1..)")
