@@ -65,7 +65,7 @@ def best_rule(positions, draft_step_s: float, target_pass_s: Sequence[float], ma
     whose expected speedup is within `tolerance` (a fraction) of the best one's."""
     from decode.metrics import replayed_speedup
 
-    rules = [(g, th) for g in range(1, max_gamma + 1) for th in (thresholds[:1] if g == 1 else thresholds)]
+    rules = [(g, th) for g in range(1, max_gamma + 1) for th in ([0.0] if g == 1 else thresholds)]
     scored = [{"gamma": g, "confidence_threshold": float(th),
                "expected_speedup": replayed_speedup(replay_steps(positions, g, th), draft_step_s, target_pass_s)}
               for g, th in rules]

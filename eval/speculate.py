@@ -155,10 +155,10 @@ def thresholds_of(cfg: DictConfig) -> list[float]:
 
 
 def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:
-    """The (gamma, confidence_threshold) pairs to run. gamma=1 runs once, with the first threshold: a threshold acts
-    only after a drafted token that is not the last, so it cannot change a one-token draft. gamma=auto runs once and
-    chooses its threshold among those given (choose_auto)."""
-    return [(g, th) for g in gammas for th in ([0.0] if g == "auto" else thresholds[:1] if g == 1 else thresholds)]
+    """The (gamma, confidence_threshold) pairs to run. gamma=1 runs once, without one: a threshold acts only after a
+    drafted token that is not the last, so it cannot change a one-token draft. gamma=auto runs once and chooses its
+    threshold among those given (choose_auto)."""
+    return [(g, th) for g in gammas for th in ([0.0] if g in ("auto", 1) else thresholds)]
 
 
 def choose_auto(cfg: DictConfig, target, draft, prompts, params, eos, base: dict, costs: dict) -> tuple:

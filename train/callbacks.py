@@ -31,7 +31,8 @@ class SpeculativeEval(L.Callback):
         if not 0 <= confidence_threshold < 1:
             raise ValueError(f"spec_eval.confidence_threshold must be in [0, 1) (0 = always draft gamma), "
                              f"got {confidence_threshold}.")
-        self.threshold = confidence_threshold  # stop drafting after a token the draft is less sure of
+        # stop drafting after a token the draft is less sure of (no effect on one-token drafts: recorded as 0 there)
+        self.threshold = confidence_threshold if gamma > 1 else 0.0
         self.prompts, self.gamma, self.max_new_tokens = prompts, gamma, max_new_tokens
         self.every, self.params, self.eos, self.seed = every_n_validations, SamplingParams(temperature), eos_token_ids, seed
         self.cpu_matmul = cpu_matmul  # decode/fast_linear.py: the small-batch matmul layout on CPU
