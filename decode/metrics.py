@@ -77,10 +77,13 @@ def replayed_speedup(steps: Iterable, draft_step_s: float, target_pass_s: Sequen
     return emitted * target_pass_s[0] / cost if cost else float("nan")
 
 
-def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float]) -> tuple[int, float]:
-    """The gamma in 1..len(target_pass_s)-1 that maximises the hardware-aware speedup."""
+def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float],
+               tolerance: float = 0.0) -> tuple[int, float]:
+    """(gamma, expected speedup): the gamma in 1..len(target_pass_s)-1 that maximises the hardware-aware speedup, or
+    with `tolerance` (a fraction) the smallest gamma expected within it of the best."""
     options = [(g, hardware_speedup(alpha, g, draft_step_s, target_pass_s)) for g in range(1, len(target_pass_s))]
-    return max(options, key=lambda x: x[1])
+    top = max(s for _, s in options)
+    return next(o for o in options if o[1] >= top * (1 - tolerance))
 
 
 def by_entropy(entropies: Sequence[float], accepts: Sequence[float],

@@ -175,9 +175,7 @@ def choose_auto(cfg: DictConfig, target, draft, prompts, params, eos, base: dict
     else:
         pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens, params, eos, cfg.seed)
         alpha = acceptance(pilot["steps"])["alpha"]
-        options = [(g, hardware_speedup(alpha, g, costs["draft_step_s"], passes)) for g in range(1, len(passes))]
-        top = max(s for _, s in options)
-        (gamma, expected), threshold = next(o for o in options if o[1] >= top * (1 - tolerance)), 0.0
+        (gamma, expected), threshold = best_gamma(alpha, costs["draft_step_s"], passes, tolerance), 0.0
     return gamma, threshold, f"auto:{gamma}" + (f",stop<{threshold:g}" if threshold else ""), expected
 
 

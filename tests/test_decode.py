@@ -175,6 +175,8 @@ def test_cost_model():
     assert 1 <= g <= 8 and s == max(hardware_speedup(0.9, k, 0.05, flat) for k in range(1, 9))
     steep = [1.0 + k for k in range(9)]  # each extra verified token costs a whole step: never pays
     assert best_gamma(0.9, 0.05, steep)[1] < 1
+    loose = best_gamma(0.9, 0.05, flat, tolerance=0.5)  # the smallest gamma expected within 50% of the best
+    assert loose[0] < g and loose[1] >= s * 0.5 and best_gamma(0.9, 0.05, flat, tolerance=0.0) == (g, s)
 
 
 def test_cost_timings_run_between_untimed_and_draft_steps_follow_target_passes(pair):
