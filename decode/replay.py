@@ -19,6 +19,8 @@ from typing import Sequence
 
 import torch
 
+from decode.metrics import replayed_speedup
+
 Position = tuple[float, bool]  # (the draft's probability of its greedy token, whether the target's token is the same)
 
 
@@ -63,8 +65,6 @@ def best_rule(positions, draft_step_s: float, target_pass_s: Sequence[float], ma
     """The (gamma, threshold) to decode with, replayed on `positions`, gamma in 1..max_gamma (a threshold cannot
     shorten a one-token draft, so gamma=1 is tried once): the simplest rule (smallest gamma, then smallest threshold)
     whose expected speedup is within `tolerance` (a fraction) of the best one's."""
-    from decode.metrics import replayed_speedup
-
     rules = [(g, th) for g in range(1, max_gamma + 1) for th in ([0.0] if g == 1 else thresholds)]
     scored = [{"gamma": g, "confidence_threshold": float(th),
                "expected_speedup": replayed_speedup(replay_steps(positions, g, th), draft_step_s, target_pass_s)}
