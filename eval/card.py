@@ -55,7 +55,7 @@ def serving_gamma(evals: list[dict]) -> tuple[int, float, str]:
     best = max(evals, key=lambda e: e["speedup"])
     gamma, threshold = int(best["gamma"]), float(best.get("confidence_threshold") or 0.0)
     stop = (f", stopping early after a token the draft gives probability < {threshold:g} (transformers' "
-            "assistant_confidence_threshold; vLLM and SGLang draft a fixed number)" if threshold else "")
+            "assistant_confidence_threshold; the vLLM and SGLang snippets draft gamma tokens every step)" if threshold else "")
     return gamma, threshold, (
         f"The snippets draft {'up to ' if threshold else ''}{gamma} token{'s' if gamma > 1 else ''} per step "
         f"(gamma = {gamma}{stop}): the best measured speedup above ({best['speedup']:.2f}x; "
