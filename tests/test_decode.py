@@ -197,3 +197,16 @@ def test_cost_timings_run_between_untimed_and_draft_steps_follow_target_passes(p
         hook.remove()
     assert len(costs["target_pass_s"]) == 3 and costs["draft_step_s"] > 0
     assert order[-4:] == ["target", "draft", "target", "draft"]  # each timed draft step right after a target pass
+
+
+def test_sample_draws_each_row_from_its_law_and_never_a_zero():
+    from decode.sampling import sample
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 2.0]])  # rows need not sum to 1
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample(probs, g) for _ in range(40_000)])
+    assert draws.shape == (40_000, 2) and (draws[:, 1] == 4).all()
+    freq = torch.bincount(draws[:, 0], minlength=5) / 40_000
+    assert freq[1] == 0 and freq[4] == 0
+    assert 0.5 * (freq - probs[0]).abs().sum() < 0.01
+    assert sample(probs[0], g).shape == ()  # one row in, one id out

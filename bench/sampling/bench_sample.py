@@ -1,0 +1,44 @@
+"""Drawing one token from a vocabulary-sized distribution: torch.multinomial against decode/sampling.sample
+(inverse CDF, one uniform per row). Sampled speculative decoding draws once per drafted token and once per step.
+
+    python bench/sampling/bench_sample.py            # writes bench/sampling/bench_sample.json
+
+Both take turns call by call (decode/costs.fastest_ms), fastest of `repeats` after a warm-up, so load from elsewhere
+on a shared machine slows one call of each instead of one method.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a bench script run from anywhere: the repository
+
+from decode.costs import fastest_ms  # noqa: E402
+from decode.sampling import sample  # noqa: E402
+
+
+def main(repeats: int = 200) -> dict:
+    g = torch.Generator().manual_seed(0)
+    rows = {}
+    for vocab in (8192, 49152, 151936):  # the cut draft head, SmolLM2 / Llama-2-size and Qwen-size vocabularies
+        probs = torch.softmax(torch.randn(1, vocab, generator=g) * 3, -1)
+        rows[vocab] = fastest_ms({"torch.multinomial": lambda p=probs: torch.multinomial(p, 1, generator=g),
+                                  "decode.sampling.sample": lambda p=probs: sample(p, g)}, repeats)
+    result = {"threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": platform.processor(),
+              "repeats": repeats, "ms_per_draw": rows}
+    print("| vocabulary | torch.multinomial (ms) | decode.sampling.sample (ms) |\n|---|---|---|")
+    for vocab, r in rows.items():
+        print(f"| {vocab} | {r['torch.multinomial']:.3f} | {r['decode.sampling.sample']:.3f} |")
+    out = Path(__file__).with_name("bench_sample.json")
+    out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
