@@ -47,6 +47,14 @@ def fastest_ms(fns: dict, repeats: int) -> dict[str, float]:
     return {name: round(seconds * 1e3, 2) for name, seconds in best.items()}
 
 
+def decoding_context(prompt: list[int], max_new_tokens: int) -> list[int]:
+    """The prompt padded to its length halfway through decoding, to time passes at: a k-token pass costs more as the
+    KV cache grows, the more so the larger k (on this repository's CPU, at 170 cached tokens against 42, a 1-token
+    target pass took 3-4% longer, 2- to 6-token ones 5-10%: bench/speculate-cost-context/). Attention cost depends on
+    the length, not on the tokens."""
+    return prompt + prompt[-1:] * (max_new_tokens // 2)
+
+
 def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 5) -> dict:
     """Median seconds of: one 1-token draft step, and a k-token target pass for k = 1..max_k, each after
     `context` is cached (rolled back after every call, so all timings see the same context length).

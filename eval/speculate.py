@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
-from decode.costs import measure_costs
+from decode.costs import decoding_context, measure_costs
 from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
@@ -115,7 +115,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 progress.update(task, description=f"{domain}: warm-up" + (", cost model" if first else ""))
                 generate(target, DraftModelProposer(draft, max(thresholds_of(cfg))), prompts[0], 2, 8)
                 if first:
-                    conditions["costs"][name] = measure_costs(target, draft, prompts[0], max_gamma + 1)
+                    conditions["costs"][name] = measure_costs(
+                        target, draft, decoding_context(prompts[0], cfg.max_new_tokens), max_gamma + 1)
             for temperature in cfg.temperature:
                 params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
                 progress.update(task, description=f"{domain} T={temperature:g} target-only")

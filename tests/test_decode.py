@@ -210,3 +210,9 @@ def test_sample_draws_each_row_from_its_law_and_never_a_zero():
     assert freq[1] == 0 and freq[4] == 0
     assert 0.5 * (freq - probs[0]).abs().sum() < 0.01
     assert sample(probs[0], g).shape == ()  # one row in, one id out
+
+
+def test_costs_are_timed_halfway_through_decoding():
+    from decode.costs import decoding_context
+
+    assert decoding_context([5, 6, 7], 8) == [5, 6, 7, 7, 7, 7, 7] and decoding_context([5], 1) == [5]

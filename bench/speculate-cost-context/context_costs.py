@@ -1,0 +1,52 @@
+"""What a k-token target pass costs after 42 cached tokens (the first general prompt) and after 42 + 128, as
+decode/costs.measure_costs times it (int8 draft, head cut to 8192 ids, the CPU layouts of decode/fast_linear.py).
+
+    python bench/speculate-cost-context/context_costs.py draft=outputs/distill/<run>/export
+
+Prints two rounds of both and writes context_costs.json next to this file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a bench script run from anywhere: the repository
+
+from data.prompts import encode_prompt, load_prompts  # noqa: E402
+from decode.costs import measure_costs  # noqa: E402
+from decode.draft_vocab import restrict_vocab  # noqa: E402
+from decode.fast_linear import fast_cpu_linears  # noqa: E402
+from decode.loading import load_drafts, load_frozen, load_tokenizer, special_token_ids  # noqa: E402
+from decode.quantize import quantize_draft  # noqa: E402
+from decode.runtime import setup_cpu  # noqa: E402
+
+
+def main(draft_dir: str) -> list[dict]:
+    setup_cpu(None, True)
+    name = "embedded:smollm2-135m-instruct"
+    tokenizer, target = load_tokenizer(name), load_frozen(name)
+    draft = next(iter(load_drafts([draft_dir], tokenizer, target, name).values()))
+    restrict_vocab(draft, "auto", special_token_ids(tokenizer, target))
+    quantize_draft(draft, "int8")
+    prompt = encode_prompt(tokenizer, load_prompts("general", 1)[0])
+    rows = []
+    with fast_cpu_linears([target, draft], 9, "auto"):
+        for round_ in (1, 2):
+            for context in (prompt, prompt + prompt[-1:] * 128):
+                costs = measure_costs(target, draft, context, 6, repeats=9)
+                rows.append({"round": round_, "context_tokens": len(context),
+                             "target_pass_ms": [round(t * 1e3, 2) for t in costs["target_pass_s"]],
+                             "draft_step_ms": round(costs["draft_step_s"] * 1e3, 2)})
+                print(f"round {round_}, {len(context)} cached tokens: target pass k=1..6 "
+                      + " / ".join(f"{t:.1f}" for t in rows[-1]["target_pass_ms"])
+                      + f" ms, draft step {rows[-1]['draft_step_ms']:.2f} ms")
+    out = Path(__file__).with_name("context_costs.json")
+    out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {out}")
+    return rows
+
+
+if __name__ == "__main__":
+    main(dict(a.split("=", 1) for a in sys.argv[1:])["draft"])
