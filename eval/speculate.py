@@ -18,7 +18,6 @@ import logging
 import math
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import hydra

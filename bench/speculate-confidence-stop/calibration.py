@@ -21,15 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # a bench script run from anywhere: the repository's packages
 
+from bench.cpu_pair import load_cpu_pair  # noqa: E402
 from data.prompts import encode_prompt, load_prompts  # noqa: E402
 from decode.costs import measure_costs  # noqa: E402
-from decode.draft_vocab import restrict_vocab  # noqa: E402
 from decode.fast_linear import fast_cpu_linears  # noqa: E402
-from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids  # noqa: E402
-from decode.quantize import quantize_draft  # noqa: E402
+from decode.loading import eos_token_ids  # noqa: E402
 from decode.metrics import replayed_speedup  # noqa: E402
 from decode.replay import draft_positions, replay_steps  # noqa: E402
-from decode.runtime import setup_cpu  # noqa: E402
 from decode.speculative import NoProposer, generate  # noqa: E402
 
 EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.0001)
@@ -37,12 +35,7 @@ MAX_GAMMA = 6
 
 
 def main(draft_dir: str, out: Path, n_prompts: int = 12, max_new_tokens: int = 128) -> dict:
-    setup_cpu(None, True)
-    name = "embedded:smollm2-135m-instruct"
-    tokenizer, target = load_tokenizer(name), load_frozen(name)
-    draft = next(iter(load_drafts([draft_dir], tokenizer, target, name).values()))
-    restrict_vocab(draft, "auto", special_token_ids(tokenizer, target))
-    quantize_draft(draft, "int8")
+    tokenizer, target, draft = load_cpu_pair(draft_dir)
     eos = eos_token_ids(tokenizer, target)
     result = {"draft": draft_dir, "n_prompts": n_prompts, "max_new_tokens": max_new_tokens, "domains": {}}
     with fast_cpu_linears([target, draft], MAX_GAMMA + 1, "auto"):

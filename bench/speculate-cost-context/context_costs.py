@@ -14,22 +14,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a bench script run from anywhere: the repository
 
+from bench.cpu_pair import load_cpu_pair  # noqa: E402
 from data.prompts import encode_prompt, load_prompts  # noqa: E402
 from decode.costs import measure_costs  # noqa: E402
-from decode.draft_vocab import restrict_vocab  # noqa: E402
 from decode.fast_linear import fast_cpu_linears  # noqa: E402
-from decode.loading import load_drafts, load_frozen, load_tokenizer, special_token_ids  # noqa: E402
-from decode.quantize import quantize_draft  # noqa: E402
-from decode.runtime import setup_cpu  # noqa: E402
 
 
 def main(draft_dir: str) -> list[dict]:
-    setup_cpu(None, True)
-    name = "embedded:smollm2-135m-instruct"
-    tokenizer, target = load_tokenizer(name), load_frozen(name)
-    draft = next(iter(load_drafts([draft_dir], tokenizer, target, name).values()))
-    restrict_vocab(draft, "auto", special_token_ids(tokenizer, target))
-    quantize_draft(draft, "int8")
+    tokenizer, target, draft = load_cpu_pair(draft_dir)
     prompt = encode_prompt(tokenizer, load_prompts("general", 1)[0])
     rows = []
     with fast_cpu_linears([target, draft], 9, "auto"):
