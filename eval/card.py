@@ -44,6 +44,28 @@ def _how(training: dict) -> str:
     return f": {source} on `{training.get('data')}`, {training.get('steps')} steps{lora}"
 
 
+def best_by_domain(evals: list[dict]) -> dict[str, dict]:
+    """Per domain, the measurement with the highest speedup (domains in the order first measured)."""
+    best: dict[str, dict] = {}
+    for e in evals:
+        domain = e.get("domain", "?")
+        if domain not in best or e["speedup"] > best[domain]["speedup"]:
+            best[domain] = e
+    return best
+
+
+def losing_domains(evals: list[dict]) -> str:
+    """A sentence naming the domains where no measured setting beat the target alone ('' when every domain paid, or
+    when none did: serving_gamma says that), with what to do instead."""
+    best = best_by_domain(evals)
+    slower = {d: e["speedup"] for d, e in best.items() if e["speedup"] < 1}
+    if not slower or len(slower) == len(best):
+        return ""
+    listed = ", ".join(f"{d} (best {s:.2f}x)" for d, s in slower.items())
+    return (f" On {listed} prompts no measured setting beat the target alone: serve those without this draft, or "
+            "distill a draft on that domain (`python train/distill.py +domain=<domain>`).")
+
+
 def serving_gamma(evals: list[dict]) -> tuple[int, float, str]:
     """The gamma and confidence threshold the usage snippets use, and the sentence that says where they come from:
     the measured evaluation with the best speedup, else 4 and no threshold, said to be a starting point and not a
@@ -62,7 +84,7 @@ def serving_gamma(evals: list[dict]) -> tuple[int, float, str]:
         f"{best.get('domain', '?')}, temperature {best.get('temperature')}, {best.get('device', 'cpu')}). The best "
         "gamma grows with alpha and with how cheap a draft step is next to a target pass: measure it where you serve."
         + ("" if best["speedup"] >= 1 else " No measurement above pays: on that hardware this draft made "
-           "decoding slower than the target alone."))
+           "decoding slower than the target alone.") + losing_domains(evals))
 
 
 def render(info: dict, name: str) -> str:

@@ -30,7 +30,7 @@ from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from decode.replay import best_rule, draft_positions
-from eval.card import write_card
+from eval.card import best_by_domain, write_card
 from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
 from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
@@ -238,6 +238,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     fastest = max(records, key=lambda r: r["speedup"])
     conditions["best_measured_speedup"] = fastest["speedup"]
     conditions["speculation_pays"] = fastest["speedup"] > 1.0  # measured, not predicted
+    by_domain = best_by_domain(records)
+    conditions["speculation_pays_by_domain"] = {d: r["speedup"] > 1.0 for d, r in by_domain.items()}
     conditions["cost_model_best"] = {"gamma": best[0], "expected_speedup": best[1]}
     files = write_report(records, conditions, Path(cfg.out))
     if cfg.wandb.enabled:
@@ -263,6 +265,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
           f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x ({fastest['domain']}, "
           f"gamma={fastest['gamma']}, T={fastest['temperature']:g}): speculation "
           f"{'pays' if conditions['speculation_pays'] else 'does NOT pay'} on this hardware with this draft.")
+    if len(by_domain) > 1:
+        print("Per domain, best measured: " + "; ".join(
+            f"{d} {r['speedup']:.2f}x (gamma={r['gamma']}, T={r['temperature']:g}, "
+            f"{'pays' if r['speedup'] > 1.0 else 'does NOT pay'})" for d, r in by_domain.items()) + ".")
     print(f"wrote {', '.join(str(p) for p in files.values())}")
     return records
 

@@ -225,3 +225,19 @@ def test_card_snippets_use_the_best_measured_gamma():
                      "export")
     assert "| <= 4, stop < 0.6 |" in stopped and "up to 4 tokens" in stopped
     assert "assistant_confidence_threshold = 0.6" in stopped and '"num_speculative_tokens": 4' in stopped
+
+
+def test_card_names_the_domains_where_speculation_lost():
+    from eval.card import best_by_domain, losing_domains, render
+
+    def ev(domain, gamma, speedup):
+        return {"domain": domain, "gamma": gamma, "temperature": 0.0, "alpha": 0.3, "tau": 1.3, "speedup": speedup}
+
+    evals = [ev("general", 1, 1.10), ev("code", 1, 0.95), ev("general", 2, 1.12), ev("code", 2, 0.86)]
+    best = best_by_domain(evals)
+    assert list(best) == ["general", "code"] and best["general"]["gamma"] == 2 and best["code"]["speedup"] == 0.95
+    assert "code (best 0.95x)" in losing_domains(evals) and "general" not in losing_domains(evals)
+    assert "+domain=<domain>" in render({"target": "t", "evaluations": evals}, "export")
+    assert losing_domains([ev("general", 1, 1.1), ev("medical", 1, 1.02)]) == ""  # all paid
+    everywhere = [ev("general", 1, 0.9), ev("code", 1, 0.8)]  # none paid: serving_gamma's own sentence says so
+    assert losing_domains(everywhere) == "" and "No measurement above pays" in render({"evaluations": everywhere}, "x")
