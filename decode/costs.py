@@ -18,17 +18,27 @@ def _sync() -> None:
 def median_seconds(fn, repeats: int, between=None) -> float:
     """Median wall time of `fn()` over `repeats` calls, after one warm-up call (GPU work waited for).
     `between()`, if given, runs untimed before each timed call."""
-    fn()  # warm-up
-    times = []
+    return median_seconds_each([fn], repeats, between)[0]
+
+
+def median_seconds_each(fns: list, repeats: int, between=None) -> list[float]:
+    """Per function, its median wall time over `repeats` calls, after one warm-up call each. The functions take turns
+    call by call, so a burst of load from elsewhere on a shared machine slows one call of several functions instead
+    of every call of one (timed back to back, one k-token target pass once came out 29% slower than its neighbours).
+    `between()`, if given, runs untimed before each timed call."""
+    for fn in fns:
+        fn()  # warm-up
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        if between is not None:
-            between()
-        _sync()
-        t = time.perf_counter()
-        fn()
-        _sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for fn, seen in zip(fns, times):
+            if between is not None:
+                between()
+            _sync()
+            t = time.perf_counter()
+            fn()
+            _sync()
+            seen.append(time.perf_counter() - t)
+    return [statistics.median(seen) for seen in times]
 
 
 def fastest_ms(fns: dict, repeats: int) -> dict[str, float]:
@@ -55,9 +65,12 @@ def decoding_context(prompt: list[int], max_new_tokens: int) -> list[int]:
     return prompt + prompt[-1:] * (max_new_tokens // 2)
 
 
-def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 5) -> dict:
+def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 5,
+                  target_pass_s: list[float] | None = None) -> dict:
     """Median seconds of: one 1-token draft step, and a k-token target pass for k = 1..max_k, each after
-    `context` is cached (rolled back after every call, so all timings see the same context length).
+    `context` is cached (rolled back after every call, so all timings see the same context length). The k-token
+    passes take turns (median_seconds_each). `target_pass_s` reuses passes timed before (for another draft of the
+    same target and context), so several drafts are judged against the same target timings.
 
     As in decoding, each timed draft step follows a target pass: the target's pass pushes the draft's weights out
     of the CPU's caches (a draft step alone took 5.3 ms here, 5.9 ms after a target pass). Target passes are
@@ -72,7 +85,8 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
         t_lm.extend(context[-1:] * k)
         t_lm.rollback(base)
 
-    passes = [median_seconds(lambda k=k: target_pass(k), repeats) for k in range(1, max_k + 1)]
+    passes = list(target_pass_s) if target_pass_s else median_seconds_each(
+        [lambda k=k: target_pass(k) for k in range(1, max_k + 1)], repeats)
     out["target_pass_s"] = passes
     if draft is not None:
         d_lm = CachedLM(draft, role="draft")

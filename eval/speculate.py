@@ -113,9 +113,11 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 first = name not in conditions["costs"]
                 progress.update(task, description=f"{domain}: warm-up" + (", cost model" if first else ""))
                 generate(target, DraftModelProposer(draft, max(thresholds_of(cfg))), prompts[0], 2, 8)
-                if first:
+                if first:  # the target's passes are timed once, with the first draft: every draft shares them
+                    shared = next(iter(conditions["costs"].values()), {}).get("target_pass_s")
                     conditions["costs"][name] = measure_costs(
-                        target, draft, decoding_context(prompts[0], cfg.max_new_tokens), max_gamma + 1)
+                        target, draft, decoding_context(prompts[0], cfg.max_new_tokens), max_gamma + 1,
+                        target_pass_s=shared)
             for temperature in cfg.temperature:
                 params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
                 progress.update(task, description=f"{domain} T={temperature:g} target-only")

@@ -84,3 +84,17 @@ def test_study_arms_pin_the_learning_rate_they_were_measured_at():
     for arm in arms:
         assert compose_distill([f"+experiment={arm}"]).optim.lr == 1e-3, arm
     assert compose_distill([]).optim.lr == 2e-3  # the default recipe's, from the 160-step comparison
+
+
+def test_all_domains_generates_every_store_it_reads():
+    from train.distill import generated_stores
+
+    stores = {path.name: (t, domain) for path, t, domain in generated_stores(compose_distill(["+experiment=all_domains"]))}
+    assert stores == {"general.jsonl": (0.0, "general"), "general-t1.jsonl": (1.0, "general"),
+                      "medical.jsonl": (0.0, "medical"), "medical-t1.jsonl": (1.0, "medical"),
+                      "code.jsonl": (0.0, "code"), "code-t1.jsonl": (1.0, "code")}
+    default = {path.name: (t, d) for path, t, d in generated_stores(compose_distill())}
+    assert default == {"general.jsonl": (0.0, "general"), "general-t1.jsonl": (1.0, "general")}
+    greedy_only = generated_stores(compose_distill(["data=generated_greedy"]))
+    assert [(p.name, t) for p, t, _ in greedy_only] == [("general.jsonl", 0.0)]
+    assert generated_stores(compose_distill(["data=medical"])) == []  # reference text: nothing to generate

@@ -197,6 +197,21 @@ def test_cost_timings_run_between_untimed_and_draft_steps_follow_target_passes(p
         hook.remove()
     assert len(costs["target_pass_s"]) == 3 and costs["draft_step_s"] > 0
     assert order[-4:] == ["target", "draft", "target", "draft"]  # each timed draft step right after a target pass
+    order.clear()
+    shared = measure_costs(target, draft, [5, 6, 7, 8], max_k=3, repeats=2, target_pass_s=costs["target_pass_s"])
+    assert shared["target_pass_s"] == costs["target_pass_s"]  # a second draft is judged on the same target timings
+
+
+def test_median_seconds_each_takes_turns_so_a_burst_stays_out_of_the_medians():
+    import time
+
+    from decode.costs import median_seconds_each
+
+    calls, slow = [], iter([0.0] * 4 + [0.2] * 3 + [0.0] * 100)  # a burst slows three calls in a row
+    fns = [lambda name=name: (calls.append(name), time.sleep(next(slow))) for name in "ab"]
+    a, b = median_seconds_each(fns, 5)
+    assert calls == ["a", "b"] + ["a", "b"] * 5  # one warm-up each, then turns
+    assert a < 0.1 and b < 0.1  # split between them, the burst is in neither median (back to back: in a's)
 
 
 def test_sample_draws_each_row_from_its_law_and_never_a_zero():
