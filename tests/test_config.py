@@ -98,3 +98,12 @@ def test_all_domains_generates_every_store_it_reads():
     greedy_only = generated_stores(compose_distill(["data=generated_greedy"]))
     assert [(p.name, t) for p, t, _ in greedy_only] == [("general.jsonl", 0.0)]
     assert generated_stores(compose_distill(["data=medical"])) == []  # reference text: nothing to generate
+
+
+def test_spec_eval_prompts_come_from_the_runs_domains():
+    from train.distill import spec_eval_domains
+
+    assert spec_eval_domains(compose_distill()) == ["general"]
+    assert spec_eval_domains(compose_distill(["+domain=code"])) == ["code"]
+    assert spec_eval_domains(compose_distill(["+domain=code", "spec_eval.domain=medical"])) == ["medical"]
+    assert spec_eval_domains(compose_distill(["+experiment=all_domains"])) == ["general", "medical", "code"]

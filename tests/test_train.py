@@ -37,7 +37,8 @@ def tiny_overrides(tmp_path, tiny_target_dir, text_file, *extra) -> list[str]:
 def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_file):
     # spec_eval decodes with an int8 copy of the draft with a cut head: the checkpoint and export must stay as trained
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "spec_eval.draft_quant=int8",
-                             "spec_eval.draft_vocab=64", "spec_eval.gamma=3", "spec_eval.confidence_threshold=0.1"))
+                             "spec_eval.draft_vocab=64", "spec_eval.gamma=3", "spec_eval.confidence_threshold=0.1",
+                             "spec_eval.domain=[general,code]"))
     run = tmp_path / "run"
     assert summary["steps"] == 3
     assert json.loads((run / "summary.json").read_text())["export"] == str(run / "export")
@@ -67,7 +68,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     # transformers drafts as measured (spec_eval.gamma and .confidence_threshold), not its defaults 20 and 0.4
     assert exported.generation_config.num_assistant_tokens == 3
     assert exported.generation_config.assistant_confidence_threshold == pytest.approx(0.1)
-    assert "| <= 3, stop < 0.1 |" in card
+    assert "| general+code | <= 3, stop < 0.1 |" in card  # held-out prompts of both domains
 
     with pytest.raises(FileExistsError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")

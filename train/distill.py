@@ -187,10 +187,14 @@ def build_models(cfg: DictConfig):
     return tokenizer, target, draft
 
 
-def spec_eval_domain(cfg: DictConfig) -> str:
-    """The held-out prompt set for alpha: spec_eval.domain, else the data's domain (generated data: its prompts')."""
+def spec_eval_domains(cfg: DictConfig) -> list[str]:
+    """The held-out prompt sets for alpha: spec_eval.domain (one, or a list: n_prompts from each), else the data's
+    domain (generated data: its prompts')."""
+    chosen = cfg.spec_eval.domain
+    if chosen:
+        return [chosen] if isinstance(chosen, str) else list(chosen)
     domain = cfg.data.get("prompts_from") or cfg.data.name
-    return cfg.spec_eval.domain or (domain if domain in BUILTIN else "general")
+    return [domain if domain in BUILTIN else "general"]
 
 
 def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | None:
@@ -198,7 +202,8 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
     s = cfg.spec_eval
     if not s.enabled:
         return None
-    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(spec_eval_domain(cfg), s.n_prompts, s.prompts_file)]
+    domains = spec_eval_domains(cfg)[:1] if s.prompts_file else spec_eval_domains(cfg)  # a file: its prompts once
+    prompts = [encode_prompt(tokenizer, p) for d in domains for p in load_prompts(d, s.n_prompts, s.prompts_file)]
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     return SpeculativeEval(prompts, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
                            every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
@@ -304,7 +309,7 @@ def train(cfg: DictConfig) -> dict:
         from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path
         source = last if from_last else Path(checkpoint.best_model_path)
         # measurements describe the final weights: record them only when those are what we export
-        evaluations = [{**spec_eval.last, "domain": spec_eval_domain(cfg), "device": summary["device"],
+        evaluations = [{**spec_eval.last, "domain": "+".join(spec_eval_domains(cfg)), "device": summary["device"],
                         "source": "end of training (spec_eval)"}] if from_last and spec_eval and spec_eval.last else []
         summary["export"] = str(Path(cfg.export.dir).resolve())
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
