@@ -21,11 +21,11 @@ def median_seconds(fn, repeats: int, between=None) -> float:
     return median_seconds_each([fn], repeats, between)[0]
 
 
-def median_seconds_each(fns: list, repeats: int, between=None) -> list[float]:
-    """Per function, its median wall time over `repeats` calls, after one warm-up call each. The functions take turns
-    call by call, so a burst of load from elsewhere on a shared machine slows one call of several functions instead
-    of every call of one (timed back to back, a 1-token target pass once came out at 26.5 ms against 20.6 ms
-    minutes earlier: README "One draft for three domains").
+def seconds_in_turns(fns: list, repeats: int, between=None) -> list[list[float]]:
+    """Per function, the wall times of `repeats` calls, after one warm-up call each (GPU work waited for). The
+    functions take turns call by call, so a burst of load from elsewhere on a shared machine slows one call of
+    several functions instead of every call of one (timed back to back, a 1-token target pass once came out at
+    26.5 ms against 20.6 ms minutes earlier: README "One draft for three domains").
     `between()`, if given, runs untimed before each timed call."""
     for fn in fns:
         fn()  # warm-up
@@ -39,23 +39,19 @@ def median_seconds_each(fns: list, repeats: int, between=None) -> list[float]:
             fn()
             _sync()
             seen.append(time.perf_counter() - t)
-    return [statistics.median(seen) for seen in times]
+    return times
+
+
+def median_seconds_each(fns: list, repeats: int, between=None) -> list[float]:
+    """Per function, its median wall time over `repeats` calls taken in turns (seconds_in_turns)."""
+    return [statistics.median(seen) for seen in seconds_in_turns(fns, repeats, between)]
 
 
 def fastest_ms(fns: dict, repeats: int) -> dict[str, float]:
-    """Per named function, its fastest of `repeats` timed calls in milliseconds, after one warm-up call each. The
-    functions take turns call by call, so a burst of load from elsewhere on a shared machine slows one call of each
-    instead of every call of one, and the minimum leaves it out: for choosing between ways of doing the same work."""
-    best = {name: float("inf") for name in fns}
-    for timed in [False] + [True] * repeats:
-        for name, fn in fns.items():
-            _sync()
-            start = time.perf_counter()
-            fn()
-            _sync()
-            if timed:
-                best[name] = min(best[name], time.perf_counter() - start)
-    return {name: round(seconds * 1e3, 2) for name, seconds in best.items()}
+    """Per named function, its fastest of `repeats` calls taken in turns (seconds_in_turns), in milliseconds: a burst
+    of load slows one call of each, and the minimum leaves it out. For choosing between ways of doing the same work."""
+    times = seconds_in_turns(list(fns.values()), repeats)
+    return {name: round(min(seen) * 1e3, 2) for name, seen in zip(fns, times)}
 
 
 def decoding_context(prompt: list[int], max_new_tokens: int) -> list[int]:
