@@ -4,9 +4,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.draftsmith-installed
 # Extra Hydra overrides for the demo, e.g. `make demo ARGS="+domain=medical"`.
+# Test processes for the fast suite (pytest-xdist): one per core by default.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup demo demo-medical test test-integration clean
+.PHONY: setup demo demo-medical test test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,11 +26,16 @@ demo: $(STAMP)
 demo-medical: $(STAMP)
 	$(PY) train/distill.py +domain=medical $(ARGS)
 
+# The fast suite (under 2 minutes on 2 cores with a warm venv); prints the slowest tests.
 test: $(STAMP)
-	$(PY) -m pytest -m "not integration" -q
+	$(PY) -m pytest -m "not integration" -q -n $(TEST_WORKERS) --durations=15
 
 test-integration: $(STAMP)
-	$(PY) -m pytest -m integration -q
+	$(PY) -m pytest -m integration -q --durations=15
+
+# docs/results.md, bench/README.md and the README's results table, from the result files under bench/
+results: $(STAMP)
+	$(PY) scripts/results_page.py
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

@@ -6,6 +6,7 @@ The model call lives in scripts/generate_data.py; this module only builds prompt
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -81,10 +82,17 @@ def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
     """n distinct prompts for `domain`, shuffled deterministically, never one of the evaluation prompts."""
     if domain not in PROMPT_SOURCES:
         raise ValueError(f"Unknown domain '{domain}' for generated data. Choose one of: {', '.join(PROMPT_SOURCES)}.")
-    held_out = {p for prompts in BUILTIN.values() for p in prompts}
-    prompts = [p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in held_out]
+    prompts = list(candidate_prompts(domain))
     random.Random(seed).shuffle(prompts)
     return prompts[:n]
+
+
+@functools.lru_cache(maxsize=None)
+def candidate_prompts(domain: str) -> tuple[str, ...]:
+    """Every distinct prompt of `domain` that is not an evaluation prompt, in corpus order (read once per process:
+    the medical corpora take seconds to parse)."""
+    held_out = {p for prompts in BUILTIN.values() for p in prompts}
+    return tuple(p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in held_out)
 
 
 def done_prompts(path: Path) -> set[str]:

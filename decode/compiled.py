@@ -1,7 +1,7 @@
 """Compiled decoding passes on preallocated KV caches (`compile=true` in eval/speculate.py and bench_decoder.py).
 
 A decode step at batch size 1 runs a few hundred small kernels per forward pass: on a CPU the Python and op
-dispatch between the matmuls cost about a third of a 30 ms target step here, and on a GPU the launches are the
+dispatch between the matmuls are a sizeable part of a small target's step, and on a GPU the launches are the
 step. Inside `compiled_decoding(models, ...)`, every `CachedLM` of those models (decode/speculative.py) keeps
 its keys and values in a transformers `StaticCache` of fixed length, and runs passes of 1..max_rows tokens through
 `torch.compile(fullgraph=True)` of the model's forward: fused kernels on CPU, and with mode `reduce-overhead` on

@@ -24,8 +24,8 @@ def median_seconds(fn, repeats: int, between=None) -> float:
 def seconds_in_turns(fns: list, repeats: int, between=None) -> list[list[float]]:
     """Per function, the wall times of `repeats` calls, after one warm-up call each (GPU work waited for). The
     functions take turns call by call, so a burst of load from elsewhere on a shared machine slows one call of
-    several functions instead of every call of one (timed back to back, a 1-token target pass once came out at
-    26.5 ms against 20.6 ms minutes earlier: README "One draft for three domains").
+    several functions instead of every call of one (timed back to back, a burst lasting the repeats once made the
+    cost model promise far more than decoding then delivered).
     `between()`, if given, runs untimed before each timed call."""
     for fn in fns:
         fn()  # warm-up
@@ -56,9 +56,8 @@ def fastest_ms(fns: dict, repeats: int) -> dict[str, float]:
 
 def decoding_context(prompt: list[int], max_new_tokens: int) -> list[int]:
     """The prompt padded to its length halfway through decoding, to time passes at: a k-token pass costs more as the
-    KV cache grows, the more so the larger k (on this repository's CPU, at 170 cached tokens against 42, a 1-token
-    target pass took 3-4% longer, 2- to 6-token ones 5-10%: bench/speculate-cost-context/). Attention cost depends on
-    the length, not on the tokens."""
+    KV cache grows, the more so the larger k (docs/results.md). Attention cost depends on the length, not on the
+    tokens."""
     return prompt + prompt[-1:] * (max_new_tokens // 2)
 
 
@@ -70,8 +69,8 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
     same target and context), so several drafts are judged against the same target timings.
 
     As in decoding, each timed draft step follows a target pass: the target's pass pushes the draft's weights out
-    of the CPU's caches (a draft step alone took 5.3 ms here, 5.9 ms after a target pass). Target passes are
-    timed back to back, as in target-only decoding; after a draft step they measured the same here."""
+    of the CPU's caches, so a draft step timed alone is too cheap. Target passes are timed back to back, as in
+    target-only decoding; a preceding draft step did not change them."""
     out = {"context_tokens": len(context), "repeats": repeats}
     t_lm = CachedLM(target)
     t_lm.reset()

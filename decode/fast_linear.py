@@ -2,12 +2,12 @@
 
 Decoding feeds each linear layer 1 to gamma+1 rows at a time, so a decode step is a stream of weight reads.
 The three layouts, all `x @ W.T + b` to float32 rounding:
-- `torch`: `F.linear`. On this repository's CPU (2-core AMD EPYC, torch 2.13's MKL), one pass over the default
-  target's 134M linear weights took 42-46 ms for one row and 55-97 ms for 2-9 rows.
-- `rows_first`: `(W @ x.T).T`, one row padded to two. 19-20 ms for one or two rows, then 26-60 ms for 3-9.
+- `torch`: `F.linear`. Some BLAS builds (MKL on the development CPU) read the weights slowly for a few rows.
+- `rows_first`: `(W @ x.T).T`, one row padded to two.
 - `prepacked`: oneDNN's linear on a copy of the weights reordered into oneDNN's blocked layout when a block first
-  needs it (`torch.ops.mkldnn`, what torch.compile's CPU backend uses). 24-31 ms for any of 1-9 rows. The copy
-  costs the weights' size in memory again, kept while the weights live unchanged.
+  needs it (`torch.ops.mkldnn`, what torch.compile's CPU backend uses); its cost barely grows with the row count.
+  The copy costs the weights' size in memory again, kept while the weights live unchanged.
+Measured timings: docs/results.md.
 
 Which wins depends on the CPU, the BLAS and the row count, so `auto` measures: `fast_cpu_linears(models,
 max_rows)` times the layouts over each model's own weights for 1..max_rows rows (taking turns pass by pass and

@@ -1,6 +1,6 @@
 """Speculative-decoding metrics from step logs, and the cost model. Pure functions.
 
-Definitions (DESIGN.md):
+Definitions (docs/metrics.md):
 - alpha: accepted / (accepted + rejected); a rejected token is the one where verification stopped,
   drafted tokens after it count as neither (Leviathan et al.'s alpha).
 - accepted_per_proposed: accepted / all drafted tokens.
@@ -70,10 +70,13 @@ def replayed_speedup(steps: Iterable, draft_step_s: float, target_pass_s: Sequen
     """Expected speedup of these very steps under the cost model: the tokens they emitted (accepted + 1 each) times
     one target step, over what they cost (a step that drafted d tokens: d draft steps and a (d+1)-token target pass).
     Assumes nothing about how acceptance is distributed, so it also judges drafts of varying length
-    (`confidence_threshold`). With target_pass_s all 1 and draft_step_s = c it is Leviathan's form for those steps."""
+    (`confidence_threshold`). With target_pass_s all 1 and draft_step_s = c it is Leviathan's form for those steps.
+    Steps drafted by prompt lookup (`source == "lookup"`) cost no draft step."""
+    steps = list(steps)
     pairs = _pairs(steps)
+    free = [getattr(s, "source", "") == "lookup" for s in steps]
     emitted = sum(a + 1 for _, a in pairs)
-    cost = sum(d * draft_step_s + target_pass_s[d] for d, _ in pairs)
+    cost = sum((0.0 if f else d * draft_step_s) + target_pass_s[d] for (d, _), f in zip(pairs, free))
     return emitted * target_pass_s[0] / cost if cost else float("nan")
 
 

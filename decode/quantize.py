@@ -2,9 +2,8 @@
 
 A draft step at batch size 1 reads every weight once, and the default draft's largest weight is its 49,152 x 576
 LM head. Stored as int8 (one scale per output row) and multiplied by torch's weight-only int8 kernel
-(`aten._weight_int8pack_mm`, bfloat16 activations), one pass over the default draft's linear weights fell from
-4.9-5.8 ms (float32, in the faster matmul layout of decode/fast_linear.py) to 2.9-4.2 ms on this repository's CPU
-(2-core AMD EPYC with AVX512-BF16), and the draft step from 7.1 to 4.7-4.8 ms.
+(`aten._weight_int8pack_mm`, bfloat16 activations), a pass over them reads a quarter of the bytes (measured
+effect: docs/results.md).
 
 Only the draft is quantized, and only for decoding: the target's logits decide what is emitted, so greedy output
 still equals the target's own and rejection sampling stays exact. What can change is how often the target agrees

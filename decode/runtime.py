@@ -2,8 +2,8 @@
 
 Why the allocator: a loss over a 49k-150k vocabulary allocates several (tokens x vocab) float32 buffers per chunk,
 200 MB each at 1024 tokens. glibc serves blocks that large with mmap and unmaps them on free, so every new buffer
-is fresh memory that the kernel zero-fills page by page; on a 2-core CPU that cost more than the arithmetic (the
-JSD loss and its gradient on 1024 x 49152 logits: 1.6 s, against 0.3 s once freed memory is kept for reuse).
+is fresh memory that the kernel zero-fills page by page; on a small CPU that can cost more than the arithmetic
+(scripts/bench_train_step.py measures it).
 `keep_freed_memory` tells glibc to serve big blocks from its heap and not to give freed memory back, which is
 what jemalloc/tcmalloc (the usual LD_PRELOAD advice for CPU training) do too. The price: the process keeps its
 peak memory until it exits. It changes nothing on GPUs (CUDA has its own caching allocator) and is skipped where

@@ -42,9 +42,8 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 0.0, top_k: int |
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token id per row of (..., V) probabilities (need not sum to 1), by inverting the cumulative distribution
     with one uniform draw per row: the first id whose cumulative mass exceeds u x total, so an id of probability 0 is
-    never drawn. Cumulated in float64. One uniform instead of torch.multinomial's work over the whole row: 0.04
-    against 0.74 ms a draw over 49,152 tokens on this repository's CPU (bench/sampling/), paid per drafted and per
-    emitted token when sampling."""
+    never drawn. Cumulated in float64. One uniform instead of torch.multinomial's work over the whole row, which
+    matters because it is paid per drafted and per emitted token when sampling (bench/decoding/sampling/)."""
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = flat.double().cumsum(-1)
     u = torch.rand(flat.shape[0], 1, dtype=torch.float64, generator=generator, device=flat.device)

@@ -35,6 +35,7 @@ class StepLog:
     draft_s: float
     verify_s: float
     entropies: list[float] = field(default_factory=list)  # target entropy (nats, T=1) at each judged position
+    source: str = ""  # which proposer drafted this step, where a proposer says ("lookup" or "draft")
 
 
 @dataclass
@@ -225,7 +226,8 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         verifier.rollback(kept)
         proposer.rollback(kept)
         judged = min(n + 1, g) if g else 0
-        steps.append(StepLog(g, n, t2 - t1, t3 - t2, _entropy(logits[:judged]) if record_entropy and judged else []))
+        steps.append(StepLog(g, n, t2 - t1, t3 - t2, _entropy(logits[:judged]) if record_entropy and judged else [],
+                             getattr(proposer, "last_source", "")))
         if eos and any(t in eos for t in tokens[kept - n:]):
             break
     new = tokens[len(prompt):][:max_new_tokens]
@@ -240,13 +242,16 @@ def generate_all(target, proposer: Proposer, prompts: list[list[int]], gamma: in
                  params: SamplingParams | None = None, eos_token_ids: set[int] | None = None, seed: int = 0,
                  record_entropy: bool = False) -> dict:
     """Decode every prompt once (prompt i seeded with seed + i). Returns the tokens per prompt, all step logs,
-    the wall time (prefill included) and the number of new tokens."""
-    tokens, steps, seconds = [], [], 0.0
+    the wall time (prefill included) and the number of new tokens, in total and per prompt (`prompt_seconds`,
+    `prompt_steps`: how many of `steps` belong to each prompt, in order)."""
+    tokens, steps, prompt_seconds, prompt_steps = [], [], [], []
     device = getattr(target, "device", torch.device("cpu"))  # sampling runs where the logits are
     for i, prompt in enumerate(prompts):
         gen = generate(target, proposer, prompt, gamma, max_new_tokens, params, eos_token_ids,
                        torch.Generator(device=device).manual_seed(seed + i), record_entropy)
         tokens.append(gen.tokens)
         steps += gen.steps
-        seconds += gen.prefill_s + gen.decode_s
-    return {"tokens": tokens, "steps": steps, "seconds": seconds, "new_tokens": sum(map(len, tokens))}
+        prompt_steps.append(len(gen.steps))
+        prompt_seconds.append(gen.prefill_s + gen.decode_s)
+    return {"tokens": tokens, "steps": steps, "seconds": sum(prompt_seconds), "new_tokens": sum(map(len, tokens)),
+            "prompt_seconds": prompt_seconds, "prompt_steps": prompt_steps}

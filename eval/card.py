@@ -87,9 +87,25 @@ def serving_gamma(evals: list[dict]) -> tuple[int, float, str]:
            "decoding slower than the target alone.") + losing_domains(evals))
 
 
+def serving_target_of(target: str) -> tuple[str, str]:
+    """(the model id the serving snippets load, a caveat sentence or ''). An embedded target was measured as its
+    quantized GGUF dequantized to fp32; serving engines load the original weights from the Hub, which are not the
+    weights measured, so the card says so."""
+    from decode.embedded import PREFIX, REGISTRY
+
+    spec = REGISTRY.get(target[len(PREFIX):]) if target.startswith(PREFIX) else None
+    if spec is None or not spec.hub_original:
+        return target, ""
+    return spec.hub_original, (
+        f"The measurements above were made against `{target}`: the GGUF file `{spec.gguf_file}` from "
+        f"`{spec.pip_spec}` (sha256 `{spec.sha256[:16]}...`), dequantized to float32. The snippets load the original "
+        f"weights, `{spec.hub_original}`, which are NOT the weights measured: acceptance and speedup with them may "
+        "differ. Measure against your serving target: `python eval/speculate.py target=<it> drafts=[<this folder>]`.")
+
+
 def render(info: dict, name: str) -> str:
     target = info.get("target") or "<target>"
-    serving_target = target if not str(target).startswith("embedded:") else "HuggingFaceTB/SmolLM2-135M-Instruct"
+    serving_target, caveat = serving_target_of(str(target))
     evals = info.get("evaluations") or []
     gamma, threshold, why = serving_gamma(evals)
     lines = [f"# {info.get('run_name') or name}: a speculative-decoding draft for `{target}`", "",
@@ -109,7 +125,8 @@ def render(info: dict, name: str) -> str:
         lines += [_row(e) for e in evals]
     else:
         lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
-    lines += ["", "## Usage", "", why, "", "transformers (assisted generation):", "", "```python",
+    lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
+              "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
               f'target = AutoModelForCausalLM.from_pretrained("{serving_target}")',
               'draft = AutoModelForCausalLM.from_pretrained("<path to this folder>")',

@@ -11,15 +11,16 @@ from pathlib import Path
 
 log = logging.getLogger("draftsmith.eval")
 
-COLUMNS = ["draft", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau", "mean_drafted",
-           "accepted_per_proposed", "target_tok_s",
-           "spec_tok_s", "speedup", "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup",
-           "greedy_identical"]
+COLUMNS = ["draft", "proposer", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
+           "mean_drafted", "accepted_per_proposed", "target_tok_s", "spec_tok_s", "speedup", "speedup_ci",
+           "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup", "greedy_identical"]
 
 
 def _fmt(v):
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.3f}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
     return str(v)
 
 

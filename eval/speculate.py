@@ -35,7 +35,11 @@ from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
 from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
                             replayed_speedup, theoretical_speedup)
+from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
+from decode.schedule import HeuristicGammaProposer
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
+from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci
+from eval.provenance import provenance
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 from eval.report import grid_progress, markdown_table, partial_on_error, short, write_partial, write_report
@@ -48,12 +52,32 @@ def gpu_name(device: torch.device) -> str | None:
 
 
 def timed(target, proposer, prompts, gamma, cfg, params, eos, record_entropy=False):
-    """`repeats` passes; tokens/s is the median over passes (step logs from the first pass)."""
+    """`repeats` passes; tokens/s is the median over passes (step logs from the first pass), and each prompt's
+    time is its median over passes (`prompt_seconds`, for intervals across prompts)."""
     passes = [generate_all(target, proposer, prompts, gamma, cfg.max_new_tokens, params, eos, cfg.seed,
                            record_entropy and i == 0) for i in range(cfg.repeats)]
     first = passes[0]
     first["tok_s"] = statistics.median(p["new_tokens"] / p["seconds"] for p in passes)
+    first["prompt_seconds"] = [statistics.median(p["prompt_seconds"][i] for p in passes) for i in range(len(prompts))]
     return first
+
+
+def intervals(spec: dict, base: dict, level: float) -> dict:
+    """95% (or `level`) bootstrap intervals across prompts of the speedup (each prompt's target-only and speculative
+    times paired) and of alpha, plus the per-prompt figures they come from."""
+    spec_tokens, base_tokens = [len(t) for t in spec["tokens"]], [len(t) for t in base["tokens"]]
+    accepted, judged, start = [], [], 0
+    for n in spec["prompt_steps"]:
+        stats = acceptance(spec["steps"][start:start + n])
+        accepted.append(stats["accepted"])
+        judged.append(stats["accepted"] + stats["rejected"])
+        start += n
+    return {"speedup_ci": list(bootstrap_speedup_ci(base["prompt_seconds"], spec["prompt_seconds"], base_tokens,
+                                                    spec_tokens, level)),
+            "alpha_ci": list(ratio_alpha_ci(accepted, judged, level)), "ci_level": level,
+            "per_prompt": {"target_s": base["prompt_seconds"], "spec_s": spec["prompt_seconds"],
+                           "target_tokens": base_tokens, "spec_tokens": spec_tokens,
+                           "accepted": accepted, "judged": judged}}
 
 
 def accept_by_entropy(steps) -> list[dict]:
@@ -65,13 +89,15 @@ def accept_by_entropy(steps) -> list[dict]:
     return by_entropy(entropies, accepted)
 
 
-def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: dict) -> tuple[float, float]:
+def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: dict,
+                      proposer: str = "draft") -> tuple[float, float]:
     """(Leviathan's theoretical, hardware-aware expected) speedup. Fixed-length drafts: from alpha (i.i.d.) and
-    gamma. Drafts stopped by a confidence threshold vary in length, so both are the cost model replayed on the
-    steps that ran (decode/metrics.py replayed_speedup): flat target passes and c for the first, measured ones."""
+    gamma. Drafts of varying length (stopped by a confidence threshold, or from prompt lookup, which drafts only
+    where it finds a match and costs no model step) are priced by the cost model replayed on the steps that ran
+    (decode/metrics.py replayed_speedup): flat target passes and c for the first, measured ones."""
     if math.isnan(alpha):
         return float("nan"), float("nan")
-    if threshold > 0:
+    if threshold > 0 or proposer != "draft":
         flat = [1.0] * len(costs["target_pass_s"])
         return (replayed_speedup(steps, costs["cost_ratio_c"], flat),
                 replayed_speedup(steps, costs["draft_step_s"], costs["target_pass_s"]))
@@ -80,13 +106,15 @@ def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: 
 
 
 def make_record(draft: str, domain: str, gamma: int, label, temperature: float, n_prompts: int, spec: dict,
-                base: dict, costs: dict, threshold: float = 0.0) -> dict:
+                base: dict, costs: dict, threshold: float = 0.0, level: float = 0.95, proposer: str = "draft") -> dict:
     """One results.json record from a speculative pass, its target-only baseline and the measured costs."""
     stats = acceptance(spec["steps"])
     alpha = stats["alpha"]
-    theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs)
-    return {"draft": draft, "domain": domain, "gamma": gamma, "gamma_setting": label, "temperature": temperature,
-            "confidence_threshold": threshold,
+    theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs, proposer)
+    lookup_steps = sum(s.source == "lookup" for s in spec["steps"])
+    return {"draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma, "gamma_setting": label,
+            "temperature": temperature, "confidence_threshold": threshold,
+            "lookup_step_fraction": lookup_steps / len(spec["steps"]) if spec["steps"] else float("nan"),
             "n_prompts": n_prompts, "new_tokens": spec["new_tokens"], "alpha": alpha, "tau": stats["tau"],
             "accepted_per_proposed": stats["accepted_per_proposed"],
             "mean_drafted": stats["drafted"] / stats["verify_calls"] if stats["verify_calls"] else float("nan"),
@@ -95,7 +123,8 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
             "cost_ratio_c": costs["cost_ratio_c"],
             "theoretical_speedup": theoretical, "hardware_expected_speedup": expected,
             "accept_by_entropy": accept_by_entropy(spec["steps"]),
-            "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None}
+            "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None,
+            **intervals(spec, base, level)}
 
 
 def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, max_gamma: int, eos,
@@ -104,8 +133,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     model is measured once per draft (into conditions["costs"])."""
     records = []
     with grid_progress() as progress:  # one tick per timed configuration: baselines and speculative runs
-        settings = draft_settings(gammas, thresholds_of(cfg))
-        runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(drafts) * len(settings))
+        arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers))
+        runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(arms))
         task = progress.add_task("decoding", total=runs)
         for domain in cfg.domains:
             prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
@@ -124,30 +153,68 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
                 progress.advance(task)
                 log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
-                for name, draft in drafts.items():
-                    costs = conditions["costs"][name]
-                    for gamma, threshold in settings:
-                        progress.update(task, description=f"{domain} T={temperature:g} {short(name)} gamma={gamma}"
-                                        + (f" stop<{threshold:g}" if threshold else ""))
-                        label, predicted = gamma, None
-                        if gamma == "auto":
-                            gamma, threshold, label, predicted = choose_auto(cfg, target, draft, prompts, params, eos,
-                                                                             base, costs)
-                        spec = timed(target, DraftModelProposer(draft, threshold), prompts, gamma, cfg, params, eos,
-                                     True)
-                        rec = make_record(name, domain, gamma, label, float(temperature), len(prompts), spec, base,
-                                          costs, threshold)
-                        if predicted is not None:  # what gamma=auto expected of its choice before running it
-                            rec["auto_expected_speedup"] = predicted
-                        records.append(rec)
-                        write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
-                        progress.advance(task)
-                        setting = label if str(label).startswith("auto") else (
-                            f"{gamma}" + (f",stop<{threshold:g}" if threshold else ""))
-                        log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx (cost model %.2fx)", short(name),
-                                 domain, setting, temperature, rec["alpha"], rec["tau"], rec["speedup"],
-                                 rec["hardware_expected_speedup"])
+                for kind, name, gamma, threshold in arms:
+                    draft, costs = drafts.get(name), conditions["costs"][name or next(iter(drafts))]
+                    who = LOOKUP if name is None else short(name) + ("" if kind == "draft" else f" ({kind})")
+                    progress.update(task, description=f"{domain} T={temperature:g} {who} gamma={gamma}"
+                                    + (f" stop<{threshold:g}" if threshold else ""))
+                    label, predicted = gamma, None
+                    if gamma == "auto":
+                        gamma, threshold, label, predicted = choose_auto(cfg, target, draft, prompts, params, eos,
+                                                                         base, costs)
+                    proposer = make_proposer(kind, draft, threshold, target, cfg)
+                    spec = timed(target, proposer, prompts, gamma, cfg, params, eos, True)
+                    rec = make_record(name or LOOKUP, domain, gamma, label, float(temperature), len(prompts), spec,
+                                      base, costs, threshold, float(cfg.ci_level), kind)
+                    if predicted is not None:  # what gamma=auto expected of its choice before running it
+                        rec["auto_expected_speedup"] = predicted
+                    records.append(rec)
+                    write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
+                    progress.advance(task)
+                    setting = label if str(label).startswith("auto") else (
+                        f"{gamma}" + (f",stop<{threshold:g}" if threshold else ""))
+                    log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx [%.2f, %.2f] (cost model %.2fx)",
+                             who, domain, setting, temperature, rec["alpha"], rec["tau"], rec["speedup"],
+                             *rec["speedup_ci"], rec["hardware_expected_speedup"])
     return records
+
+
+LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
+PROPOSERS = ("draft", "heuristic", "lookup", "lookup+draft")
+
+
+def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str]) -> list[tuple]:
+    """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature):
+    prompt lookup alone once per fixed gamma (it needs no draft), then each draft with each other kind. gamma=auto
+    and confidence thresholds apply to a draft model's own drafts only."""
+    arms = []
+    if "lookup" in proposers:
+        arms += [("lookup", None, g, 0.0) for g in dict.fromkeys(g for g, _ in settings if g != "auto")]
+    for name in drafts:
+        for kind in (k for k in proposers if k != "lookup"):
+            arms += [(kind, name, g, th) for g, th in settings if kind == "draft" or g != "auto"]
+    return arms
+
+
+def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig):
+    """The proposer of one arm: the draft model; the draft model with transformers' heuristic schedule (gamma is the
+    ceiling); prompt lookup; or lookup with the draft model where none matches."""
+    if kind == "draft":
+        return DraftModelProposer(draft, threshold)
+    if kind == "heuristic":
+        return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
+    vocab = target.get_output_embeddings().weight.shape[0]
+    lookup = PromptLookupProposer(vocab, int(cfg.lookup.min_n), int(cfg.lookup.max_n), target.device)
+    return lookup if kind == "lookup" else LookupThenDraftProposer(lookup, DraftModelProposer(draft, threshold))
+
+
+VERDICTS = {"pays": "pays", "loses": "does NOT pay", "inconclusive": "is inconclusive (the interval spans 1x)"}
+
+
+def verdict(record: dict) -> str:
+    """'pays' when the speedup's whole interval is above 1, 'loses' when it is below, else 'inconclusive'."""
+    lo, hi = record["speedup_ci"]
+    return "pays" if lo > 1.0 else "loses" if hi < 1.0 else "inconclusive"
 
 
 def thresholds_of(cfg: DictConfig) -> list[float]:
@@ -198,6 +265,13 @@ def check_eval_config(cfg: DictConfig) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {cfg.top_p}.")
     if not cfg.drafts:
         raise ValueError("drafts=[...] must list at least one exported draft folder (or Hub id).")
+    unknown = [p for p in cfg.proposers if p not in PROPOSERS]
+    if unknown or not cfg.proposers:
+        raise ValueError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
+    if not 1 <= int(cfg.lookup.min_n) <= int(cfg.lookup.max_n):
+        raise ValueError(f"lookup needs 1 <= min_n <= max_n, got {cfg.lookup.min_n} and {cfg.lookup.max_n}.")
+    if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
+        raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
 
 def evaluate(cfg: DictConfig) -> list[dict]:
@@ -223,7 +297,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
                   "top_k": cfg.top_k, "top_p": cfg.top_p, "draft_quant": quant, "draft_vocab": vocab,
-                  "costs": {}}
+                  "costs": {}, "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     models = [target, *drafts.values()]
     max_len = run_length([encode_prompt(tokenizer, p) for d in cfg.domains
                           for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file)],
@@ -239,9 +313,11 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
     fastest = max(records, key=lambda r: r["speedup"])
     conditions["best_measured_speedup"] = fastest["speedup"]
-    conditions["speculation_pays"] = fastest["speedup"] > 1.0  # measured, not predicted
+    conditions["best_measured_speedup_ci"] = fastest["speedup_ci"]
+    # measured, not predicted, and decided by the interval: "pays" only where its lower end is above 1
+    conditions["speculation_pays"] = verdict(fastest) == "pays"
     by_domain = best_by_domain(records)
-    conditions["speculation_pays_by_domain"] = {d: r["speedup"] > 1.0 for d, r in by_domain.items()}
+    conditions["speculation_pays_by_domain"] = {d: verdict(r) for d, r in by_domain.items()}
     conditions["cost_model_best"] = {"gamma": best[0], "expected_speedup": best[1]}
     files = write_report(records, conditions, Path(cfg.out))
     if cfg.wandb.enabled:
@@ -255,7 +331,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                           "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
                           "draft_vocab": vocab[name]["size"] if vocab[name]["restricted"] else None,
                           "compiled": bool(cfg.compile),
-                          "source": "eval/speculate.py"} for r in records if r["draft"] == name]
+                          "source": "eval/speculate.py"} for r in records
+                         if r["draft"] == name and r["proposer"] == "draft"]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
     int8 = " (int8 weights)" if next(iter(quant.values()))["quantized"] else ""
@@ -264,13 +341,14 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms{int8}, target k-token pass "
           + ", ".join(f"k={k + 1}: {t * 1e3:.1f} ms" for k, t in enumerate(costs["target_pass_s"]))
           + f"; c = {costs['cost_ratio_c']:.3f}. At the best measured alpha the cost model's best gamma is {best[0]} "
-          f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x ({fastest['domain']}, "
-          f"gamma={fastest['gamma']}, T={fastest['temperature']:g}): speculation "
-          f"{'pays' if conditions['speculation_pays'] else 'does NOT pay'} on this hardware with this draft.")
+          f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x "
+          f"[{fastest['speedup_ci'][0]:.2f}, {fastest['speedup_ci'][1]:.2f}] ({fastest['domain']}, "
+          f"gamma={fastest['gamma']}, T={fastest['temperature']:g}): speculation {VERDICTS[verdict(fastest)]} on this "
+          f"hardware with this draft ({cfg.ci_level:.0%} interval across prompts; the best of a grid is optimistic).")
     if len(by_domain) > 1:
         print("Per domain, best measured: " + "; ".join(
-            f"{d} {r['speedup']:.2f}x (gamma={r['gamma']}, T={r['temperature']:g}, "
-            f"{'pays' if r['speedup'] > 1.0 else 'does NOT pay'})" for d, r in by_domain.items()) + ".")
+            f"{d} {r['speedup']:.2f}x [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] (gamma={r['gamma']}, "
+            f"T={r['temperature']:g}, {VERDICTS[verdict(r)]})" for d, r in by_domain.items()) + ".")
     print(f"wrote {', '.join(str(p) for p in files.values())}")
     return records
 

@@ -52,7 +52,7 @@ def tag(precision: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="outputs/bench-teacher-cache")
-    ap.add_argument("--out", default="bench/teacher-cache")
+    ap.add_argument("--out", default="bench/training/teacher-cache")
     ap.add_argument("--max-train-tokens", type=int, default=100_000, help="data size (the cache covers all of it)")
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--top-k", type=int, default=64)

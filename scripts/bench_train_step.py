@@ -8,7 +8,7 @@ does: autocast around the draft; the target stays in fp32, as in training).
 Each (head, allocator) setting runs in its own process (the allocator setting cannot be undone in a process), one
 after the other; inside, every step kind is warmed up once and timed `repeats` times, and the median is reported.
 Token ids are random: every operation in a step is dense, so timings do not depend on the text. Prints a table and
-saves JSON (default bench/train-step/).
+saves JSON (default bench/training/train-step/).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4, help="blocks per step (the default data.batch_size)")
     ap.add_argument("--block", type=int, default=256, help="tokens per block (the default data.block_size)")
     ap.add_argument("--layers", type=int, default=4, help="draft layers (the default truncated draft keeps 4)")
-    ap.add_argument("--out", default="bench/train-step")
+    ap.add_argument("--out", default="bench/training/train-step")
     ap.add_argument("--one", nargs=3, metavar=("HEAD", "KEEP", "PRECISION"), help=argparse.SUPPRESS)  # child mode
     args = ap.parse_args()
     sizes = (args.repeats, args.batch, args.block, args.layers)

@@ -1,6 +1,6 @@
 """Paired alpha_tf differences between two drafts of one eval/acceptance.py run (same target continuations).
 
-    python scripts/paired_alpha.py bench/study-160/results.json study160/generated_mix study160/ce
+    python scripts/paired_alpha.py bench/training/study-160/results.json study160/generated_mix study160/ce
 
 A and B name drafts by the end of their export path, without the trailing /export (any unique suffix works).
 Prints A - B and its standard error over sequences for every (domain, temperature) in the file.

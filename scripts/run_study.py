@@ -72,7 +72,7 @@ def markdown(study: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="outputs/study", help="where the training runs go")
-    ap.add_argument("--out", default="bench/study", help="where the study tables go")
+    ap.add_argument("--out", default="bench/training/study", help="where the study tables go")
     ap.add_argument("--n-generated", type=int, default=400, help="target answers per domain for arms (vi), (viii)")
     ap.add_argument("--n-prompts", type=int, default=12, help="evaluation prompts per domain (12 built in)")
     ap.add_argument("--max-new-tokens", type=int, default=128)

@@ -12,7 +12,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Under pytest-xdist (`make test` runs one worker per core) each worker gets one thread: several workers with several
+# threads each on few cores spin-wait on each other.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

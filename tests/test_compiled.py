@@ -1,5 +1,6 @@
 """Compiled decoding on static caches (decode/compiled.py): same tokens as eager decoding, caches per role,
-clear errors. torch.compile on CPU takes a few seconds per shape for these tiny models."""
+clear errors. torch.compile on CPU takes seconds to a minute per pass shape on a cold cache, so every test that
+compiles is in the integration step (`make test-integration`); the pure sizing rule stays in the fast suite."""
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ def pair():
     return make_model(V, layers=3, hidden=32, seed=1, init=0.3), make_model(V, layers=1, hidden=32, seed=2, init=0.3)
 
 
+@pytest.mark.integration
 def test_greedy_output_and_acceptance_identical_to_eager(pair):
     target, draft = pair
     eager_only = generate(target, NoProposer(), PROMPT, 0, 20).tokens
@@ -34,6 +36,7 @@ def test_greedy_output_and_acceptance_identical_to_eager(pair):
     assert again.tokens == generate(target, DraftModelProposer(draft), PROMPT[:4], 3, 20).tokens
 
 
+@pytest.mark.integration
 def test_logits_after_rollback_equal_a_fresh_pass(pair):
     target, _ = pair
     with compiled_decoding([target], max_len=32, max_rows=3):
@@ -49,6 +52,7 @@ def test_logits_after_rollback_equal_a_fresh_pass(pair):
     torch.testing.assert_close(after, fresh.extend([50, 60]), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.integration
 def test_target_as_its_own_draft_keeps_two_caches(pair):
     target, _ = pair
     with compiled_decoding([target], max_len=64, max_rows=3):
@@ -57,6 +61,7 @@ def test_target_as_its_own_draft_keeps_two_caches(pair):
     assert gen.tokens == generate(target, NoProposer(), PROMPT, 0, 12).tokens
 
 
+@pytest.mark.integration
 def test_sampling_with_the_matmul_layouts_and_an_int8_draft(pair):
     target, draft = pair
     fast_draft, _ = quantize_draft(draft, "int8", copy=True)
@@ -68,6 +73,7 @@ def test_sampling_with_the_matmul_layouts_and_an_int8_draft(pair):
     assert all(0 <= s.accepted <= s.drafted for s in gen.steps)
 
 
+@pytest.mark.integration
 def test_overflow_and_bad_sizes_fail_naming_the_fix(pair):
     target, _ = pair
     with compiled_decoding([target], max_len=16, max_rows=2):
@@ -78,6 +84,7 @@ def test_overflow_and_bad_sizes_fail_naming_the_fix(pair):
             pass
 
 
+@pytest.mark.integration
 def test_disabled_block_changes_nothing(pair):
     target, _ = pair
     with compiled_decoding([target], max_len=64, max_rows=2, enabled=False):
@@ -89,9 +96,22 @@ def test_run_length_fits_prompts_new_tokens_and_one_verification():
     assert run_length([[1]], 63, 0) == 128
 
 
+@pytest.mark.integration
 def test_each_new_pass_shape_is_announced_once(pair, caplog):
     target, _ = pair
     with caplog.at_level("INFO", logger="decode.compiled"), compiled_decoding([target], max_len=64, max_rows=2):
         generate(target, NoProposer(), PROMPT, 0, 6)
         generate(target, NoProposer(), PROMPT, 0, 6)
     assert sum("first 1-token pass" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.integration
+def test_a_cut_draft_head_compiled_keeps_greedy_output_identical():
+    from decode.draft_vocab import restrict_vocab
+
+    target, draft = make_model(V, layers=3, seed=1, init=0.3), make_model(V, layers=1, seed=2, init=0.3)
+    prompt = [7, 11, 13, 40, 90]
+    reference = generate(target, NoProposer(), prompt, 0, 24).tokens
+    small, _ = restrict_vocab(draft, 48, keep=[2], copy=True)
+    with compiled_decoding([target, small], 64, 3):
+        assert generate(target, DraftModelProposer(small), prompt, 2, 24).tokens == reference

@@ -6,7 +6,6 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import first_token_tv, make_model
-from decode.compiled import compiled_decoding
 from decode.draft_vocab import SubsetHead, kept_ids, restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import Int8Linear, quantize_draft
@@ -65,8 +64,9 @@ def test_restrict_vocab_modes_and_errors(monkeypatch):
 
 
 def test_a_smaller_draft_head_keeps_greedy_output_identical():
-    """Greedy output equals the target's own for several gamma, with the head alone, with int8 weights, with the CPU
-    matmul layouts and compiled; a draft whose full-head argmax lies in the kept ids proposes the same tokens."""
+    """Greedy output equals the target's own for several gamma, with the head alone, with int8 weights and with the
+    CPU matmul layouts (compiled: tests/test_compiled.py); a draft whose full-head argmax lies in the kept ids
+    proposes the same tokens."""
     target = make_model(V, layers=3, seed=1, init=0.3)
     draft = make_model(V, layers=1, seed=2, init=0.3)
     prompt = [7, 11, 13, 40, 90]
@@ -78,8 +78,6 @@ def test_a_smaller_draft_head_keeps_greedy_output_identical():
     assert plan["quantized"] and isinstance(int8.lm_head.proj, Int8Linear)  # the cut head is quantized too
     with fast_cpu_linears([target, int8], 3, "auto"):
         assert generate(target, DraftModelProposer(int8), prompt, 2, 24).tokens == reference
-    with compiled_decoding([target, small], 64, 3):
-        assert generate(target, DraftModelProposer(small), prompt, 2, 24).tokens == reference
     # a head that keeps every token the full head proposed drafts exactly the same tokens, step by step
     full = Recording(draft)
     full_steps = generate(target, full, prompt, 2, 24).steps
@@ -105,7 +103,7 @@ class Recording(DraftModelProposer):
 @pytest.mark.parametrize("temperature,top_p", [(1.0, None), (0.7, 0.9)])
 def test_sampling_with_a_cut_head_follows_the_target_distribution(temperature, top_p):
     """q is zero outside the kept ids (their logits are -inf): the emitted token's law is still the target's."""
-    vocab, draws, gamma = 8, 60_000, 2
+    vocab, draws, gamma = 8, 10_000, 2
     g = torch.Generator().manual_seed(0)
     full = nn.Linear(6, vocab)
     head = SubsetHead(full, kept_ids(vocab, 4))
@@ -115,7 +113,8 @@ def test_sampling_with_a_cut_head_follows_the_target_distribution(temperature, t
     assert torch.all(q[:, 4:] == 0) and torch.allclose(q.sum(-1), torch.ones(gamma))
     p = logits_to_probs(torch.randn(gamma + 1, vocab, generator=g) * 1.5, temperature, top_p=top_p)
     tv = first_token_tv(q, p, draws)
-    assert tv <= 0.01, tv
+    assert tv <= 0.025, tv  # sampling noise alone ~0.012
+    assert 0.5 * (q[0] - p[0]).abs().sum() > 0.1  # the draft's own law is far from the target's
 
 
 def test_sampled_decoding_with_a_cut_head_runs_in_vocabulary():

@@ -9,16 +9,19 @@ from conftest import CONF
 from data.prompts import encode_prompt, load_prompts
 from eval.speculate import evaluate
 
-SCHEMA = {"draft", "domain", "gamma", "temperature", "n_prompts", "new_tokens", "alpha", "tau",
+SCHEMA = {"draft", "proposer", "domain", "gamma", "temperature", "n_prompts", "new_tokens", "alpha", "tau",
           "accepted_per_proposed", "per_position_accept", "target_tok_s", "spec_tok_s", "speedup", "cost_ratio_c",
-          "theoretical_speedup", "hardware_expected_speedup", "greedy_identical", "accept_by_entropy"}
+          "theoretical_speedup", "hardware_expected_speedup", "greedy_identical", "accept_by_entropy",
+          "speedup_ci", "alpha_ci", "per_prompt"}
 
 
 def eval_cfg(tmp_path, target, drafts, *extra):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        # small and quick by default (tests that need the CPU kernels or longer gammas ask for them in `extra`)
         return compose("speculate", overrides=[f"target={target}", f"drafts=[{','.join(map(str, drafts))}]",
                                                "max_new_tokens=12", "n_prompts=2", f"out={tmp_path / 'eval'}",
-                                               "domains=[general,medical]", *extra])
+                                               "domains=[general,medical]", "cpu_matmul=torch", "max_auto_gamma=3",
+                                               *extra])
 
 
 def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir):
@@ -27,13 +30,19 @@ def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir
     assert len(records) == 2 * 2 * 2  # domains x gammas x temperatures
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert saved["records"] == json.loads(json.dumps(records))
-    assert {"threads", "device", "torch", "transformers", "costs", "cpu_matmul"} <= set(saved["conditions"])
+    assert {"threads", "device", "torch", "transformers", "costs", "cpu_matmul", "provenance"} <= set(saved["conditions"])
+    prov = saved["conditions"]["provenance"]
+    assert len(prov["commit"]) == 40 and prov["draft_weights_sha256"][str(tiny_draft_dir)]
     assert saved["conditions"]["draft_quant"][str(tiny_draft_dir)]["quantized"]  # greedy stays identical below
     for r in records:
         assert SCHEMA <= set(r)
         assert len(r["per_position_accept"]) == r["gamma"]
         assert 0 <= r["alpha"] <= 1 and 1 <= r["tau"] <= r["gamma"] + 1
-        assert r["speedup"] > 0 and r["cost_ratio_c"] > 0
+        lo, hi = r["speedup_ci"]
+        assert lo <= hi and len(r["per_prompt"]["target_s"]) == r["n_prompts"] == 2
+        # the interval is a bootstrap of the same per-prompt times the point estimate sums
+        per_prompt = [t / s for t, s in zip(r["per_prompt"]["target_s"], r["per_prompt"]["spec_s"])]
+        assert min(per_prompt) - 1e-9 <= lo and hi <= max(per_prompt) + 1e-9
         if r["temperature"] == 0:
             assert r["greedy_identical"] is True
         else:
@@ -76,7 +85,7 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     assert "Not measured yet" in (folder / "README.md").read_text()
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [folder], "gamma=[2]", "update_card=true",
-                                "draft_quant=int8", "draft_vocab=64"))
+                                "draft_quant=int8", "draft_vocab=64", "cpu_matmul=auto"))
     card = (folder / "README.md").read_text()
     assert "Not measured yet" not in card
     assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
@@ -120,6 +129,7 @@ def test_greedy_gamma_auto_replays_every_rule_and_sampling_pilots(tmp_path, tiny
     assert greedy["auto_expected_speedup"] > 0 and sampled["auto_expected_speedup"] > 0
 
 
+@pytest.mark.integration
 def test_compiled_decoding_gives_the_same_tokens_and_is_recorded(tmp_path, tiny_target_dir, tiny_draft_dir):
     import shutil
 
@@ -241,3 +251,35 @@ def test_card_names_the_domains_where_speculation_lost():
     assert losing_domains([ev("general", 1, 1.1), ev("medical", 1, 1.02)]) == ""  # all paid
     everywhere = [ev("general", 1, 0.9), ev("code", 1, 0.8)]  # none paid: serving_gamma's own sentence says so
     assert losing_domains(everywhere) == "" and "No measurement above pays" in render({"evaluations": everywhere}, "x")
+
+
+def test_prompt_lookup_alone_and_before_the_draft(tmp_path, tiny_target_dir, tiny_draft_dir):
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[3]", "domains=[code]",
+                                "proposers=[draft,heuristic,lookup,lookup+draft]"))
+    by = {r["proposer"]: r for r in records}
+    assert set(by) == {"draft", "heuristic", "lookup", "lookup+draft"} and by["lookup"]["draft"] == "prompt lookup"
+    assert 0 < by["heuristic"]["mean_drafted"] <= 3  # the last step of a budget may draft nothing
+    assert all(r["greedy_identical"] is True for r in records)
+    assert by["draft"]["lookup_step_fraction"] == 0.0 and 0 <= by["lookup"]["lookup_step_fraction"] <= 1
+    assert "lookup" in (tmp_path / "eval" / "results.md").read_text()
+
+
+@pytest.mark.parametrize("extra,match", [("proposers=[beam]", "proposers must be"),
+                                         ("lookup.min_n=0", "min_n <= max_n"),
+                                         ("proposers=[lookup]", "gamma=auto")])
+def test_bad_proposer_settings_fail_before_loading(tmp_path, extra, match):
+    cfg = eval_cfg(tmp_path, "no-such-target", ["no-such-draft"], extra, "gamma=[auto]" if "[lookup]" in extra else "gamma=[1]")
+    with pytest.raises(ValueError, match=match):
+        evaluate(cfg)
+
+
+def test_card_says_when_the_serving_target_is_not_the_weights_measured():
+    from eval.card import render, serving_target_of
+
+    target, caveat = serving_target_of("embedded:smollm2-135m-instruct")
+    assert target == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "NOT the weights measured" in caveat and "b179c9523d0e6a0f" in caveat
+    assert serving_target_of("/models/my-target") == ("/models/my-target", "")
+    card = render({"target": "embedded:smollm2-135m-instruct"}, "x")
+    assert caveat in card and 'from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")' in card
+    assert "NOT the weights measured" not in render({"target": "/models/my-target"}, "x")

@@ -92,6 +92,7 @@ def _script():
     return module
 
 
+@pytest.mark.integration
 def test_interrupted_cache_job_resumes_and_training_runs_from_the_cache(tmp_path, tiny_target_dir, text_file,
                                                                         monkeypatch):
     script = _script()

@@ -5,7 +5,7 @@
     python train/distill.py trainer.max_steps=20 logger=wandb
 
 Prints validation top-1 agreement and E[accept] = mean sum_v min(p, q) before and after training, and where
-the checkpoint and the export landed. Everything is configured in conf/ (see README "Cookbook").
+the checkpoint and the export landed. Everything is configured in conf/ (see docs/training.md).
 """
 
 from __future__ import annotations

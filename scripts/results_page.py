@@ -1,0 +1,268 @@
+"""Render docs/results.md, bench/README.md and the README's results table from the kept result files.
+
+    python scripts/results_page.py            # or: make results
+    python scripts/results_page.py --check    # exit 1 if any of the three is out of date (a test runs this)
+
+Every kept result is a folder under bench/<topic>/ with a meta.json: title, date, the commit it landed in, the
+command that reproduces it, and which files hold what (`files`: path -> kind: speculate | acceptance |
+bench_decoder | files). Tables are rendered from those files, never typed by hand. One result may say
+`"headline": true`: its table also goes into README.md between the results markers. Drafts are named by
+bench/drafts.json (local output paths -> what the draft is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH, DOCS = ROOT / "bench", ROOT / "docs"
+TOPICS = {"decoding": "Decoding speed and the cost model (CPU)", "acceptance": "Acceptance of trained drafts",
+          "training": "Training recipes and training speed", "gpu": "On a GPU"}
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def load_results() -> list[dict]:
+    """Every bench/<topic>/<name>/meta.json, with its folder, in topic then date order."""
+    out = []
+    for meta_path in sorted(BENCH.glob("*/*/meta.json")):
+        meta = json.loads(meta_path.read_text())
+        meta["dir"] = meta_path.parent
+        meta["topic"] = meta_path.parent.parent.name
+        if meta["topic"] not in TOPICS:
+            raise SystemExit(f"{meta_path}: unknown topic folder '{meta['topic']}' (one of {', '.join(TOPICS)}).")
+        for key in ("title", "date", "commit", "command", "files"):
+            if key not in meta:
+                raise SystemExit(f"{meta_path}: missing '{key}'. Fix: add it (see docs/development.md).")
+        out.append(meta)
+    return sorted(out, key=lambda m: (list(TOPICS).index(m["topic"]), m["date"], m["title"]))
+
+
+def draft_label(path: str, labels: dict) -> str:
+    for key, label in labels.items():
+        if str(path).rstrip("/").endswith(key.rstrip("/")):
+            return label
+    return "/".join(Path(str(path)).parts[-2:])
+
+
+def f3(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def fx(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}x"
+
+
+def interval(ci, fmt) -> str:
+    return f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else ""
+
+
+def speculate_table(data: dict, labels: dict) -> list[str]:
+    rows = ["| draft | domain | T | γ | α | τ (+1 incl.) | tok/s target → speculative | speedup | cost model "
+            "| realized / expected | greedy identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["records"]:
+        gamma = str(r.get("gamma_setting", r["gamma"]))
+        if r.get("confidence_threshold"):
+            gamma += f", stop < {r['confidence_threshold']:g}"
+        expected = r.get("hardware_expected_speedup")
+        ratio = r["speedup"] / expected if expected and not math.isnan(expected) else None
+        kind = r.get("proposer", "draft")
+        who = draft_label(r["draft"], labels) + {"lookup+draft": ", prompt lookup first",
+                                                 "heuristic": ", heuristic γ schedule"}.get(kind, "")
+        rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {gamma} "
+                    f"| {f3(r['alpha'])}{interval(r.get('alpha_ci'), f3)} | {r['tau']:.2f} "
+                    f"| {r['target_tok_s']:.1f} → {r['spec_tok_s']:.1f} "
+                    f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), fx)} | {fx(expected)} "
+                    f"| {f3(ratio)} | {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    return rows
+
+
+def acceptance_table(data: dict, labels: dict) -> list[str]:
+    rows = ["| draft | domain | T | α_tf ± standard error | positions |", "|---|---|---|---|---|"]
+    for r in data["records"]:
+        rows.append(f"| {draft_label(r['draft'], labels)} | {r['domain']} | {r['temperature']:g} "
+                    f"| {f3(r['alpha_tf'])} ± {f3(r.get('alpha_tf_stderr'))} | {r.get('positions', '–')} |")
+    return rows
+
+
+def bench_decoder_table(data: dict, labels: dict) -> list[str]:
+    rows = ["| method | tok/s (median) | ÷ ours target-only | α | identical to target greedy |", "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        rows.append(f"| {r['method']} | {r['tok_s']:.1f} | {fx(r.get('speedup'))} | {f3(r.get('alpha'))} "
+                    f"| {r.get('identical_to_target_greedy', '–')} |")
+    return rows
+
+
+RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table}
+
+
+def conditions_line(data: dict, kind: str) -> str:
+    c = data.get("conditions", {})
+    prov = c.get("provenance", {})
+    parts = [f"target `{c['target']}`" if c.get("target") else None,
+             f"device {c['device']}" if c.get("device") else None,
+             f"CPU {prov.get('cpu_model') or c.get('cpu')}" if (prov.get("cpu_model") or c.get("cpu")) else None,
+             f"GPU {c['gpu']}" if c.get("gpu") else None,
+             f"{c['threads']} threads" if c.get("threads") else None,
+             f"torch {c['torch']}" if c.get("torch") else None,
+             f"transformers {c['transformers']}" if c.get("transformers") else None,
+             f"{c['dtype']}" if c.get("dtype") else None,
+             f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else None,
+             f"median of {c['repeats']} passes" if c.get("repeats") else None]
+    if kind == "speculate" and data.get("records"):
+        parts.append(f"{data['records'][0]['n_prompts']} prompts per domain")
+        if "speedup_ci" in data["records"][0]:
+            parts.append(f"[{data['records'][0].get('ci_level', 0.95):.0%} bootstrap interval across prompts]")
+    if kind == "bench_decoder":
+        parts += [f"γ={c.get('gamma')}", f"{c.get('n_prompts')} {c.get('domain')} prompts"]
+    if prov.get("commit"):
+        parts.append(f"code {prov['commit'][:7]}{' (dirty tree)' if prov.get('dirty') else ''}")
+    return "Conditions: " + ", ".join(p for p in parts if p) + "."
+
+
+def cost_model_lines(data: dict) -> list[str]:
+    """What the measured costs of a speculate run imply: the alpha each speedup needs at each gamma."""
+    from decode.metrics import hardware_speedup
+
+    costs = next(iter(data["conditions"].get("costs", {}).values()), None)
+    if not costs:
+        return []
+    need = []
+    for goal in (1.0, 1.5, 2.0):
+        best = None
+        for g in range(1, len(costs["target_pass_s"])):
+            a = next((i / 1000 for i in range(1000)
+                      if hardware_speedup(i / 1000, g, costs["draft_step_s"], costs["target_pass_s"]) >= goal), None)
+            if a is not None and (best is None or a < best[0]):
+                best = (a, g)
+        need.append(f"{goal:.1f}x needs α ≥ {best[0]:.2f} (γ={best[1]})" if best else f"{goal:.1f}x is out of reach")
+    passes = ", ".join(f"{t * 1e3:.1f}" for t in costs["target_pass_s"][:5])
+    return [f"Measured costs: draft step {costs['draft_step_s'] * 1e3:.2f} ms (c = {costs['cost_ratio_c']:.3f}); "
+            f"target passes of 1..5 tokens {passes} ms. With these costs the cost model says: " + "; ".join(need) + "."]
+
+
+def section(meta: dict, labels: dict, level: str = "###") -> list[str]:
+    rel = meta["dir"].relative_to(ROOT)
+    lines = [f"{level} {meta['title']}", "",
+             f"Measured {meta['date']}, landed in commit `{meta['commit']}`; files: [`{rel}/`](../{rel}/). "
+             f"Reproduce: `{meta['command']}`", ""]
+    if meta.get("note"):
+        lines += [meta["note"], ""]
+    for name, kind in meta["files"].items():
+        path = meta["dir"] / name
+        if kind == "files":
+            lines += [f"- [`{name}`](../{rel}/{name})"]
+            continue
+        data = json.loads(path.read_text())
+        if len(meta["files"]) > 1:
+            lines += [f"`{name}`:", ""]
+        lines += RENDER[kind](data, labels) + ["", conditions_line(data, kind), ""]
+        if kind == "speculate":
+            lines += cost_model_lines(data) + [""]
+    return lines + [""]
+
+
+def results_page(results: list[dict], labels: dict) -> str:
+    lines = ["# Results", "",
+             "Generated by `make results` (`scripts/results_page.py`) from the result files under `bench/`; do not "
+             "edit by hand. Each section names the date, the commit the result landed in and the command that "
+             "reproduces it. Speedups are tokens/s of speculative decoding over target-only decoding with the same "
+             "decoder; intervals, where shown, are 95% bootstrap intervals across prompts. Older results were "
+             "measured before intervals were recorded: read their speedups with the machine's noise in mind (a few "
+             "percent between runs on the shared 2-core development machine). Metric definitions: "
+             "[metrics.md](metrics.md).", ""]
+    head = [m for m in results if m.get("headline")]
+    if head:
+        lines += ["## Headline", ""] + section(head[0], labels, "###")
+    for topic, title in TOPICS.items():
+        chosen = [m for m in results if m["topic"] == topic and not m.get("headline")]
+        if chosen:
+            lines += [f"## {title}", ""]
+            for m in chosen:
+                lines += section(m, labels)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def bench_index(results: list[dict]) -> str:
+    lines = ["# bench/: kept results", "",
+             "Generated by `make results` (`scripts/results_page.py`); rendered tables are on "
+             "[docs/results.md](../docs/results.md). One folder per result, by topic; each has a `meta.json` "
+             "(title, date, commit, command, files) and the files the command wrote. Scripts kept beside a result "
+             "are the one-off tools that produced it. How to add one: [docs/development.md](../docs/development.md).",
+             "", "| topic | result | date | commit | command |", "|---|---|---|---|---|"]
+    for m in results:
+        rel = m["dir"].relative_to(BENCH)
+        lines.append(f"| {m['topic']} | [{m['title']}]({rel}/) | {m['date']} | `{m['commit']}` "
+                     f"| `{m['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_block(results: list[dict], labels: dict) -> str:
+    head = [m for m in results if m.get("headline")]
+    if not head:
+        return f"{START}\n(no headline result yet)\n{END}"
+    m = head[0]
+    name, kind = next((n, k) for n, k in m["files"].items() if k == "speculate")
+    data = json.loads((m["dir"] / name).read_text())
+    rows = ["| domain | T | γ | α | speedup over target-only | cost model | greedy identical |", "|---|---|---|---|---|---|---|"]
+    for r in data["records"]:
+        rows.append(f"| {r['domain']} | {r['temperature']:g} | {r.get('gamma_setting', r['gamma'])} "
+                    f"| {f3(r['alpha'])} | **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), fx)} "
+                    f"| {fx(r.get('hardware_expected_speedup'))} "
+                    f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    drafts = sorted({draft_label(r["draft"], labels) for r in data["records"]})
+    return "\n".join([START, f"{m['title']} (draft: {', '.join(drafts)}; measured {m['date']}, commit "
+                      f"`{m['commit']}`; `{m['command']}`):", ""] + rows +
+                     ["", conditions_line(data, kind), ""] + gpu_lines(results, labels) +
+                     ["<!-- generated by scripts/results_page.py -->", END])
+
+
+def gpu_lines(results: list[dict], labels: dict) -> list[str]:
+    """One sentence per GPU result: its best measured speedup over target-only decoding."""
+    lines = []
+    for m in (m for m in results if m["topic"] == "gpu"):
+        name = next((n for n, k in m["files"].items() if k == "speculate"), None)
+        if name is None:
+            continue
+        data = json.loads((m["dir"] / name).read_text())
+        best = max(data["records"], key=lambda r: r["speedup"])
+        gpu = data["conditions"].get("gpu") or "GPU"
+        lines += [f"On a GPU ({gpu}, {m['date']}, draft: {draft_label(best['draft'], labels)}): best measured "
+                  f"speedup {fx(best['speedup'])} (γ={best['gamma']}, T={best['temperature']:g}, {best['n_prompts']} "
+                  f"{best['domain']} prompts, no interval recorded); [details](docs/results.md#on-a-gpu).", ""]
+    return lines
+
+
+def render_all() -> dict[Path, str]:
+    labels = json.loads((BENCH / "drafts.json").read_text())
+    results = load_results()
+    readme = (ROOT / "README.md").read_text()
+    if START in readme and END in readme:
+        a, b = readme.index(START), readme.index(END) + len(END)
+        readme = readme[:a] + readme_block(results, labels) + readme[b:]
+    return {DOCS / "results.md": results_page(results, labels), BENCH / "README.md": bench_index(results),
+            ROOT / "README.md": readme}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="fail if a generated file is out of date")
+    args = ap.parse_args()
+    stale = []
+    for path, text in render_all().items():
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path.relative_to(ROOT)))
+        else:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print(f"out of date: {', '.join(stale)}. Fix: make results", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
