@@ -119,7 +119,7 @@ def conditions_line(data: dict, kind: str) -> str:
     if kind == "bench_decoder":
         parts += [f"γ={c.get('gamma')}", f"{c.get('n_prompts')} {c.get('domain')} prompts"]
     if prov.get("commit"):
-        parts.append(f"code {prov['commit'][:7]}{' (dirty tree)' if prov.get('dirty') else ''}")
+        parts.append(f"run on commit {prov['commit'][:7]}{' with uncommitted changes' if prov.get('dirty') else ''}")
     return "Conditions: " + ", ".join(p for p in parts if p) + "."
 
 
@@ -147,7 +147,8 @@ def cost_model_lines(data: dict) -> list[str]:
 def section(meta: dict, labels: dict, level: str = "###") -> list[str]:
     rel = meta["dir"].relative_to(ROOT)
     lines = [f"{level} {meta['title']}", "",
-             f"Measured {meta['date']}, landed in commit `{meta['commit']}`; files: [`{rel}/`](../{rel}/). "
+             f"Measured {meta['date']}, commit `{meta['commit']}`"
+             + (f" ({meta['commit_note']})" if meta.get("commit_note") else "") + f"; files: [`{rel}/`](../{rel}/). "
              f"Reproduce: `{meta['command']}`", ""]
     if meta.get("note"):
         lines += [meta["note"], ""]
