@@ -111,7 +111,7 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
     stats = acceptance(spec["steps"])
     alpha = stats["alpha"]
     theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs, proposer)
-    lookup_steps = sum(s.source == "lookup" for s in spec["steps"])
+    lookup_steps = sum(s.source == "lookup" and s.drafted > 0 for s in spec["steps"])  # steps lookup found a match
     return {"draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma, "gamma_setting": label,
             "temperature": temperature, "confidence_threshold": threshold,
             "lookup_step_fraction": lookup_steps / len(spec["steps"]) if spec["steps"] else float("nan"),
