@@ -36,16 +36,6 @@ def bootstrap_speedup_ci(base_s: Sequence[float], spec_s: Sequence[float], base_
     return percentile_interval(stats, level)
 
 
-def bootstrap_mean_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000,
-                      seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `values` (e.g. per-prompt acceptance)."""
-    if not values:
-        raise ValueError("bootstrap_mean_ci needs at least one value.")
-    rng = random.Random(seed)
-    n = len(values)
-    return percentile_interval([sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples)], level)
-
-
 def percentile_interval(stats: Sequence[float], level: float) -> tuple[float, float]:
     """The (1-level)/2 and (1+level)/2 empirical quantiles of `stats` (nearest rank)."""
     s = sorted(stats)

@@ -67,6 +67,26 @@ def first_token_tv(q: torch.Tensor, p: torch.Tensor, draws: int, seed: int = 1) 
     return 0.5 * (counts / draws - p[0]).abs().sum().item()
 
 
+def first_two_tokens(target, proposer, prompt: list[int], gamma: int, params, vocab: int, draws: int,
+                     new_tokens: int = 4, seed: int = 0):
+    """Decode `prompt` `draws` times (`new_tokens` each, one sampler): counts (vocab, vocab) of the first two emitted
+    tokens, and the drafted length of every decoding's first step. One torch thread: tiny tensors."""
+    from decode.speculative import generate
+
+    counts, first_drafted = torch.zeros(vocab, vocab), []
+    sampler = torch.Generator().manual_seed(seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(draws):
+            gen = generate(target, proposer, prompt, gamma, new_tokens, params, generator=sampler)
+            counts[gen.tokens[0], gen.tokens[1]] += 1
+            first_drafted.append(gen.steps[0].drafted)
+    finally:
+        torch.set_num_threads(threads)
+    return counts, first_drafted
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return make_tokenizer()

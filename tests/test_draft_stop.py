@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from conftest import make_model
+from conftest import first_two_tokens, make_model
 from decode.metrics import acceptance
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, draft_confidence, generate
 
@@ -80,21 +80,11 @@ def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p,
     params = SamplingParams(temperature, top_p=top_p)
     p, q = params.probs(t_table), params.probs(d_table)  # p[a, b] = P(next = b | last = a)
     exact = p[2][:, None] * p  # the prompt ends in token 2: P(x1, x2) = p(x1 | 2) p(x2 | x1)
-    counts, lengths = torch.zeros(vocab, vocab), set()
-    sampler = torch.Generator().manual_seed(0)
-    proposer = DraftModelProposer(draft, threshold)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead
-    try:
-        for _ in range(draws):
-            gen = generate(target, proposer, [1, 2], 3, 4, params, generator=sampler)
-            counts[gen.tokens[0], gen.tokens[1]] += 1
-            lengths.update(s.drafted for s in gen.steps[:1])
-    finally:
-        torch.set_num_threads(threads)
+    counts, first_drafted = first_two_tokens(target, DraftModelProposer(draft, threshold), [1, 2], 3, params, vocab,
+                                             draws)
     tv = 0.5 * (counts / draws - exact).abs().sum().item()
     assert tv <= 0.045, tv
-    assert lengths == {1, 2, 3}  # the first step stopped after 1 and 2 drafted tokens, and drafted all 3
+    assert set(first_drafted) == {1, 2, 3}  # the first step stopped after 1 and 2 drafted tokens, and drafted all 3
     wrong = 0.5 * (counts / draws - q[2][:, None] * q).abs().sum().item()
     assert wrong > 0.1, wrong  # the test tells the draft's law from the target's
 
@@ -116,17 +106,17 @@ def test_sampled_law_through_real_models_and_their_kv_caches(kind):
         first = params.probs(target(torch.tensor([prompt])).logits[0, -1])
         second = torch.stack([params.probs(target(torch.tensor([prompt + [x]])).logits[0, -1]) for x in range(vocab)])
     exact = first[:, None] * second
-    proposer = DraftModelProposer(draft, 0.4) if kind != "prompt_lookup" else PromptLookupProposer(vocab)
-    counts, sampler, drafted = torch.zeros(vocab, vocab), torch.Generator().manual_seed(0), 0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for _ in range(draws):
-            gen = generate(target, proposer, prompt, 3, 2, params, generator=sampler)
-            counts[gen.tokens[0], gen.tokens[1]] += 1
-            drafted += gen.steps[0].drafted
-    finally:
-        torch.set_num_threads(threads)
+    if kind == "prompt_lookup":
+        proposer, own = PromptLookupProposer(vocab), torch.zeros(vocab, vocab)
+        own[1, 3] = 1.0  # lookup's proposal: a point mass
+    else:
+        proposer = DraftModelProposer(draft, 0.4)
+        with torch.no_grad():
+            q1 = params.probs(draft(torch.tensor([prompt])).logits[0, -1])
+            q2 = torch.stack([params.probs(draft(torch.tensor([prompt + [x]])).logits[0, -1]) for x in range(vocab)])
+        own = q1[:, None] * q2
+    counts, first_drafted = first_two_tokens(target, proposer, prompt, 3, params, vocab, draws, new_tokens=2)
     tv = 0.5 * (counts / draws - exact).abs().sum().item()
     assert tv <= 0.04, tv
-    assert drafted >= draws  # every decoding's first step drafted
+    assert min(first_drafted) >= 1  # every decoding's first step drafted
+    assert 0.5 * (own - exact).abs().sum().item() > 0.1  # the proposer's own law is far from the target's

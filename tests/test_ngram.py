@@ -5,8 +5,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import make_model
-from decode.metrics import acceptance, replayed_speedup
+from conftest import first_two_tokens, make_model
+from decode.metrics import replayed_speedup
 from decode.ngram import LookupThenDraftProposer, PromptLookupProposer, ngram_continuation, one_hot_rows
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
 from test_draft_stop import BigramLM
@@ -100,8 +100,8 @@ def test_bad_settings_fail_naming_the_fix():
 
 @pytest.mark.parametrize("temperature,top_p", [(0.7, 0.9)])
 def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p):
-    """Lookup proposes deterministically (one-hot q); the joint law of the first two emitted tokens over 8k
-    decodings must still be the target's (TV <= 0.045; sampling noise alone ~0.02), while the proposal itself is a
+    """Lookup proposes deterministically (one-hot q); the joint law of the first two emitted tokens over 4k
+    decodings must still be the target's (TV <= 0.045; sampling noise alone ~0.025), while the proposal itself is a
     point mass far from it."""
     vocab, draws = 4, 4_000
     g = torch.Generator().manual_seed(3)
@@ -110,26 +110,14 @@ def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p)
     params = SamplingParams(temperature, top_p=top_p)
     p = params.probs(table)
     exact = p[2][:, None] * p  # the prompt ends in token 2
-    counts = torch.zeros(vocab, vocab)
-    sampler = torch.Generator().manual_seed(0)
-    proposer = PromptLookupProposer(vocab)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    drafted = 0
-    try:
-        for _ in range(draws):
-            gen = generate(target, proposer, [2, 1, 3, 2], 3, 2, params, generator=sampler)  # lookup proposes 1, 3
-            counts[gen.tokens[0], gen.tokens[1]] += 1
-            drafted += gen.steps[0].drafted
-    finally:
-        torch.set_num_threads(threads)
+    counts, first_drafted = first_two_tokens(target, PromptLookupProposer(vocab), [2, 1, 3, 2], 3, params, vocab,
+                                             draws, new_tokens=2)  # lookup proposes 1, 3 after the last 2
     tv = 0.5 * (counts / draws - exact).abs().sum().item()
     assert tv <= 0.045, tv
-    assert drafted >= draws  # lookup drafted at the first step of every decoding
+    assert min(first_drafted) >= 1  # lookup drafted at the first step of every decoding
     point = torch.zeros(vocab, vocab)
     point[1, 3] = 1.0
     assert 0.5 * (exact - point).abs().sum().item() > 0.3  # the test tells the proposal from the target's law
-    assert acceptance(gen.steps)["verify_calls"] >= 1
 
 
 def test_heuristic_schedule_moves_gamma_like_transformers():
