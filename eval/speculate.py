@@ -343,8 +343,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
           + f"; c = {costs['cost_ratio_c']:.3f}. At the best measured alpha the cost model's best gamma is {best[0]} "
           f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x "
           f"[{fastest['speedup_ci'][0]:.2f}, {fastest['speedup_ci'][1]:.2f}] ({fastest['domain']}, "
-          f"gamma={fastest['gamma']}, T={fastest['temperature']:g}): speculation {VERDICTS[verdict(fastest)]} on this "
-          f"hardware with this draft ({cfg.ci_level:.0%} interval across prompts; the best of a grid is optimistic).")
+          f"gamma={fastest['gamma']}, T={fastest['temperature']:g}, proposer {fastest['proposer']}): speculation "
+          f"{VERDICTS[verdict(fastest)]} on this hardware ({cfg.ci_level:.0%} interval across prompts; the best of a "
+          "grid is optimistic: confirm it on other prompts).")
     if len(by_domain) > 1:
         print("Per domain, best measured: " + "; ".join(
             f"{d} {r['speedup']:.2f}x [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] (gamma={r['gamma']}, "
