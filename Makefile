@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup demo demo-medical test test-integration results clean
+.PHONY: setup setup-deepspeed demo demo-medical test test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ $(STAMP): pyproject.toml requirements-lock.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Optional: DeepSpeed for trainer=deepspeed and for exporting its ZeRO checkpoint folders. Its sdist imports torch
+# to build, so it is built against the venv's torch (pip's isolated build would fetch another, CUDA, torch).
+setup-deepspeed: $(STAMP)
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-build-isolation -c requirements-lock.txt deepspeed==0.19.8 \
+		einops==0.8.2 hjson==3.1.0 msgpack==1.2.4 ninja==1.13.2 py-cpuinfo==9.0.0
 
 demo: $(STAMP)
 	$(PY) train/distill.py $(ARGS)

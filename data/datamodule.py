@@ -19,7 +19,7 @@ from data.packing import encode, pack
 from data.sources import describe, iter_source
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 2  # bump whenever tokenization, splitting or packing output changes
+CACHE_VERSION = 3  # bump whenever tokenization, splitting, packing or the corpora's held-out items change
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -14,8 +14,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from data.corpora import icd10cm, medical_hpo, python_code
-from data.prompts import BUILTIN
+from data.corpora import icd10_categories, hpo_terms, held_out, HPO_EVERY, ICD_EVERY, stdlib_files
 
 log = logging.getLogger("draftsmith.generated")
 _FIRST_SENTENCE = re.compile(r"^(.{20,200}?[.!?])(\s|$)", re.S)
@@ -26,27 +25,37 @@ def _first_sentence(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def medical_prompts() -> Iterator[str]:
+def medical_prompts(evaluation: bool = False) -> Iterator[str]:
+    """Questions about HPO terms and ICD-10-CM categories: the training side's, or (evaluation=True) the held-out
+    items' (data/corpora.py held_out)."""
     templates = ["What is {}?", "Explain {} in simple terms.", "What are the typical signs of {}?",
                  "How would a doctor describe {} to a patient?"]
-    for i, doc in enumerate(medical_hpo()):
-        yield templates[i % len(templates)].format(doc.split(":", 1)[0].strip().lower())
-    for doc in icd10cm():
-        head = doc.split("\n")[1] if "\n" in doc else doc
-        code, _, name = head.partition(" ")
-        if name:
+    i = 0
+    for name, _ in hpo_terms():  # the template rotates over the side's terms
+        if held_out(name, HPO_EVERY) == evaluation:
+            yield templates[i % len(templates)].format(name.strip().lower())
+            i += 1
+    for code, name, _ in icd10_categories():
+        if name and held_out(code, ICD_EVERY) == evaluation:
             yield f"Describe the condition '{name}' (ICD-10-CM {code}): causes, symptoms and treatment."
 
 
-def code_prompts() -> Iterator[str]:
-    for source in python_code():
+def code_prompts(evaluation: bool = False) -> Iterator[str]:
+    """"Write a Python function `name(args)`. <first docstring sentence>" for the standard library's public
+    top-level functions: the training side's modules, or (evaluation=True) the held-out ones."""
+    for path in stdlib_files(evaluation):
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
         for m in re.finditer(r'^def (\w+)\(([^)]*)\):\n\s+"""(.+?)"""', source, re.M | re.S):
             name, args, doc = m.group(1), " ".join(m.group(2).split()), _first_sentence(m.group(3))
             if doc and not name.startswith("_"):
                 yield f"Write a Python function `{name}({args})`. {doc}"
 
 
-# Everyday topics for general chat prompts. Kept disjoint from the evaluation prompts in data/prompts.py.
+# Everyday topics for general chat prompts (training). The evaluation prompts (data/prompts.py) use other topics
+# and other templates.
 TOPICS = """photosynthesis; black holes; the water cycle; volcanoes; earthquakes; the immune system; vaccines;
 sleep; meditation; running a marathon; learning a language; public speaking; time management; budgeting;
 saving for retirement; inflation; supply and demand; the stock market; cryptocurrency; renewable energy;
@@ -79,7 +88,7 @@ PROMPT_SOURCES = {"general": general_prompts, "medical": medical_prompts, "code"
 
 
 def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
-    """n distinct prompts for `domain`, shuffled deterministically, never one of the evaluation prompts."""
+    """n distinct training prompts for `domain`, shuffled deterministically, never an evaluation prompt."""
     if domain not in PROMPT_SOURCES:
         raise ValueError(f"Unknown domain '{domain}' for generated data. Choose one of: {', '.join(PROMPT_SOURCES)}.")
     prompts = list(candidate_prompts(domain))
@@ -89,10 +98,12 @@ def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def candidate_prompts(domain: str) -> tuple[str, ...]:
-    """Every distinct prompt of `domain` that is not an evaluation prompt, in corpus order (read once per process:
-    the medical corpora take seconds to parse)."""
-    held_out = {p for prompts in BUILTIN.values() for p in prompts}
-    return tuple(p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in held_out)
+    """Every distinct training prompt of `domain`, in corpus order (read once per process: the medical corpora take
+    seconds to parse). Built from the training side of the corpora; any evaluation prompt is dropped as well."""
+    from data.prompts import reserved_prompts  # data/prompts.py builds its sets with this module's templates
+
+    reserved = reserved_prompts()
+    return tuple(p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in reserved)
 
 
 def done_prompts(path: Path) -> set[str]:

@@ -1,11 +1,31 @@
-"""Built-in evaluation prompts per domain (held out from training corpora: written for this project), or a JSONL file."""
+"""Evaluation prompts per domain, held out from all training, split into `tune` and `test`; or a JSONL file.
+
+Each domain's set is at least 200 prompts built offline from text the project ships, never a training prompt:
+- general: the hand-written prompts below, and everyday topics x question templates used nowhere in training;
+- medical: questions about the HPO terms and ICD-10-CM categories that data/corpora.py holds out of every corpus;
+- code:    the hand-written prompts below, and "write this function" for the public functions of the standard-library
+           modules data/corpora.py holds out.
+A prompt's split is fixed by a hash of its text: `tune` prompts are for every choice (checkpoint selection in
+training, gamma=auto, policy choice), `test` prompts for the numbers reported. A user's JSONL can carry the same
+split with a "split" field per line.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import logging
+import random
 from pathlib import Path
 
-BUILTIN = {
+log = logging.getLogger("draftsmith.prompts")
+SPLITS = ("tune", "test")
+DOMAINS = ("general", "medical", "code")
+TUNE_SHARE = 0.5  # of each domain's set; the rest is test
+
+# Written for this project: part of the evaluation sets.
+HAND_WRITTEN = {
     "general": [
         "Explain what a hash table is and when to use one.",
         "Write a short paragraph about why the sky is blue.",
@@ -50,18 +70,82 @@ BUILTIN = {
     ],
 }
 
+# General evaluation prompts: topics and templates that no training prompt uses (data/generated.py TOPICS).
+EVAL_TOPICS = """lighthouses; glaciers; deserts; octopuses; owls; penguins; whales; wolves; ants; mushrooms; tea;
+chocolate; cheese making; pizza; sushi; spices; knitting; pottery; origami; woodworking; sailing; surfing; skiing;
+rock climbing; bird watching; stargazing; telescopes; comets; eclipses; auroras; the periodic table; magnets; sound;
+light; gravity; friction; clocks; calendars; alphabets; libraries; newspapers; radio; television; podcasts; board
+games; puzzles; magic tricks; circuses; theaters; opera; ballet; the piano; drums; choirs; castles; pyramids; canals;
+lighthouse keepers; firefighters; nurses; pilots; farmers; bakers; beekeeping; wind turbines; dams; rivers; islands;
+caves; the Arctic; the Amazon river; the Silk Road; the Renaissance; the Vikings; ancient Greece; the Great Wall of
+China; the metric system; public transport; bicycles; traffic lights; elevators; umbrellas; zippers; paper; glass;
+concrete; cotton; wool; rubber""".split(";")
+EVAL_TEMPLATES = ["Tell me about {} in a few sentences.", "What is worth knowing about {}?",
+                  "What would a child find surprising about {}?", "Summarize what you know about {}."]
 
-def load_prompts(domain: str, n: int, prompts_file: str | None = None) -> list:
-    """Up to n prompts: strings, or chat message lists from a JSONL file (`prompt` or `messages` per line)."""
+
+def general_evaluation() -> list[str]:
+    return [t.format(" ".join(topic.split())) for topic in EVAL_TOPICS for t in EVAL_TEMPLATES]
+
+
+@functools.lru_cache(maxsize=None)
+def evaluation_prompts(domain: str) -> tuple[str, ...]:
+    """Every evaluation prompt of a built-in domain (both splits), deterministically shuffled."""
+    from data.generated import code_prompts, medical_prompts  # the training prompts' templates, held-out items
+
+    built = {"general": general_evaluation, "medical": lambda: medical_prompts(evaluation=True),
+             "code": lambda: code_prompts(evaluation=True)}
+    if domain not in built:
+        raise ValueError(f"Unknown domain '{domain}'. Built-in: {', '.join(built)}; or pass prompts_file=<jsonl>.")
+    prompts = list(dict.fromkeys([*HAND_WRITTEN.get(domain, []), *built[domain]()]))
+    random.Random(0).shuffle(prompts)
+    return tuple(prompts)
+
+
+@functools.lru_cache(maxsize=1)
+def reserved_prompts() -> frozenset:
+    """Every built-in evaluation prompt of every domain: never trained on."""
+    return frozenset(p for d in DOMAINS for p in evaluation_prompts(d))
+
+
+def split_of(prompt) -> str:
+    """`tune` or `test`, fixed by a hash of the prompt's text (a chat prompt: its messages' JSON)."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+    return "tune" if int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) / 16**8 < TUNE_SHARE else "test"
+
+
+def read_prompts_file(path: str, split: str | None) -> list:
+    """Prompts of a JSONL file (`prompt` or `messages` per line; optional `split`: tune | test). With a split asked:
+    the lines of that split; a file without `split` fields serves both (with a warning: tuning and reporting then
+    share prompts)."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"prompts_file {path} does not exist. Fix: give a JSONL file with a \"prompt\" or "
+                                "\"messages\" field per line.")
+    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    for i, row in enumerate(rows, 1):
+        if "prompt" not in row and "messages" not in row:
+            raise KeyError(f"{path} line {i} has neither \"prompt\" nor \"messages\".")
+        if row.get("split", "test") not in SPLITS:
+            raise ValueError(f"{path} line {i}: split must be tune or test, got {row['split']!r}.")
+    if split is not None and any("split" in r for r in rows):
+        rows = [r for r in rows if r.get("split") == split]
+    elif split is not None:
+        log.warning("%s has no \"split\" field: its prompts serve both tuning and reporting. Add "
+                    "\"split\": \"tune\" or \"test\" per line to keep them apart.", path)
+    return [r["messages"] if "messages" in r else r["prompt"] for r in rows]
+
+
+def load_prompts(domain: str, n: int, prompts_file: str | None = None, split: str | None = "test") -> list:
+    """The first n prompts of a domain's `split` (tune | test | None for both), or of a JSONL file."""
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split must be tune or test, got {split!r}.")
     if prompts_file:
-        rows = [json.loads(line) for line in Path(prompts_file).read_text().splitlines() if line.strip()]
-        prompts = [r["messages"] if "messages" in r else r["prompt"] for r in rows]
-    elif domain in BUILTIN:
-        prompts = BUILTIN[domain]
+        prompts = read_prompts_file(prompts_file, split)
     else:
-        raise ValueError(f"Unknown domain '{domain}'. Built-in: {', '.join(BUILTIN)}; or pass prompts_file=<jsonl>.")
+        prompts = [p for p in evaluation_prompts(domain) if split is None or split_of(p) == split]
     if not prompts:
-        raise ValueError("No prompts to evaluate.")
+        raise ValueError(f"No {split or ''} prompts to evaluate" + (f" in {prompts_file}." if prompts_file else "."))
     return prompts[:n]
 
 

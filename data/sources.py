@@ -1,16 +1,20 @@
 """Where documents come from: built-in corpora, local text/JSONL/parquet files, or Hub datasets.
 
-A source yields examples: a plain string (text), or a list of chat messages [{"role", "content"}, ...].
+A source yields examples: a plain string (text), or a list of chat messages [{"role", "content"}, ...]. A chat whose
+first user turn is an evaluation prompt (data/prompts.py) is dropped: evaluation stays held out of training even
+when an old answer store or a user's file contains one.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 from pathlib import Path
 from typing import Iterator, Union
 
 from data.corpora import CORPORA
 
+log = logging.getLogger("draftsmith.data")
 Example = Union[str, list]
 _BUILDERS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
@@ -73,7 +77,29 @@ def _records(ds, source: dict) -> Iterator[Example]:
         raise ValueError(f"data source format must be text or chat, got '{fmt}'.")
 
 
+def without_evaluation_prompts(examples, source: dict) -> Iterator[Example]:
+    """Chat examples whose first user turn is an evaluation prompt of any built-in domain are skipped (logged)."""
+    from data.prompts import reserved_prompts
+
+    reserved, dropped = None, 0
+    for example in examples:
+        if isinstance(example, list):
+            reserved = reserved_prompts() if reserved is None else reserved
+            first = next((m.get("content") for m in example if m.get("role") == "user"), None)
+            if first in reserved:
+                dropped += 1
+                continue
+        yield example
+    if dropped:
+        log.warning("data source %s: skipped %d chats that ask an evaluation prompt (held out of training).",
+                    describe(source), dropped)
+
+
 def iter_source(source: dict) -> Iterator[Example]:
+    yield from without_evaluation_prompts(_iter_source(source), source)
+
+
+def _iter_source(source: dict) -> Iterator[Example]:
     kind = source.get("kind", "builtin")
     if kind == "builtin":
         name = source.get("name")

@@ -29,9 +29,15 @@ def _gamma(e: dict) -> str:
     return f"<= {e.get('gamma')}, stop < {threshold:g}" if threshold else str(e.get("gamma"))
 
 
+def _interval(e: dict) -> str:
+    ci = e.get("speedup_ci")
+    return f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+
+
 def _row(e: dict) -> str:
     return (f"| {e.get('domain', '?')} | {_gamma(e)} | {e.get('temperature')} | {e['alpha']:.3f} | {e['tau']:.2f} | "
-            f"{e['speedup']:.2f}x | {e.get('n_prompts')} prompts x {e.get('max_new_tokens')} new tokens, "
+            f"{e['speedup']:.2f}x{_interval(e)} | {e.get('n_prompts')} {e.get('split', '')}{' ' if e.get('split') else ''}"
+            f"prompts x {e.get('max_new_tokens')} new tokens, "
             f"{e.get('threads')} threads, {e.get('device', 'cpu')}{_layout(e)}; {e.get('source', '')} |")
 
 
@@ -120,7 +126,9 @@ def render(info: dict, name: str) -> str:
     lines += ["## Measured speculative decoding", ""]
     if evals:
         lines += ["alpha = accepted / (accepted + rejected); tau = tokens per target call, bonus token included; "
-                  "speedup = tokens/s vs target-only decoding with the same decoder, same prompts.", "",
+                  "speedup = tokens/s vs target-only decoding with the same decoder, same prompts (in brackets: its 95% "
+                  "interval across prompts, where measured). `test` prompts were never used for any choice "
+                  "(data/prompts.py).", "",
                   "| domain | gamma | temperature | alpha | tau | speedup | conditions |", "|---|---|---|---|---|---|---|"]
         lines += [_row(e) for e in evals]
     else:

@@ -20,7 +20,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-METRICS = ["val/expected_accept", "val/top1_agree", "val/kl", "val/alpha", "val/tau", "val/speedup"]
+# val/*: teacher-forced, and speculative decoding on the tune prompts during fit (curves); test/*: the final
+# speculative figures on the test prompts (train/callbacks.py)
+METRICS = ["val/expected_accept", "val/top1_agree", "val/kl", "val/alpha", "test/alpha", "test/tau", "test/speedup"]
 
 
 def find_runs(patterns: list[str]) -> list[Path]:
@@ -99,7 +101,7 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(runs)), 4))
     names = [r["name"] for r in runs]
-    for i, key in enumerate(("val/expected_accept", "val/top1_agree", "val/alpha")):
+    for i, key in enumerate(("val/expected_accept", "val/top1_agree", "test/alpha")):
         values = [r["summary"].get("after", {}).get(key, float("nan")) for r in runs]
         ax.bar([x + 0.27 * (i - 1) for x in range(len(runs))], values, width=0.27, label=key)
     ax.set_xticks(range(len(runs)), names, rotation=30, ha="right", fontsize=7)

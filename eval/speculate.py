@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import math
 import platform
-import statistics
 from pathlib import Path
 
 import hydra
@@ -40,6 +39,7 @@ from decode.schedule import HeuristicGammaProposer
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci
 from eval.provenance import provenance
+from eval.timing import Arm, timed_interleaved
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 from eval.report import grid_progress, markdown_table, partial_on_error, short, write_partial, write_report
@@ -49,17 +49,6 @@ log = logging.getLogger("draftsmith.eval")
 
 def gpu_name(device: torch.device) -> str | None:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else None
-
-
-def timed(target, proposer, prompts, gamma, cfg, params, eos, record_entropy=False):
-    """`repeats` passes; tokens/s is the median over passes (step logs from the first pass), and each prompt's
-    time is its median over passes (`prompt_seconds`, for intervals across prompts)."""
-    passes = [generate_all(target, proposer, prompts, gamma, cfg.max_new_tokens, params, eos, cfg.seed,
-                           record_entropy and i == 0) for i in range(cfg.repeats)]
-    first = passes[0]
-    first["tok_s"] = statistics.median(p["new_tokens"] / p["seconds"] for p in passes)
-    first["prompt_seconds"] = [statistics.median(p["prompt_seconds"][i] for p in passes) for i in range(len(prompts))]
-    return first
 
 
 def intervals(spec: dict, base: dict, level: float) -> dict:
@@ -129,15 +118,18 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
 
 def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, max_gamma: int, eos,
                 conditions: dict) -> list[dict]:
-    """Every (domain, temperature, draft, gamma): a target-only baseline, then the speculative pass; the cost
-    model is measured once per draft (into conditions["costs"])."""
+    """Every (domain, temperature): target-only decoding and every speculative setting, interleaved prompt by prompt
+    on the `split` prompts (eval/timing.py); gamma=auto chooses on the tune prompts first. The cost model is
+    measured once per draft (into conditions["costs"])."""
     records = []
-    with grid_progress() as progress:  # one tick per timed configuration: baselines and speculative runs
-        arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers))
-        runs = len(cfg.domains) * len(cfg.temperature) * (1 + len(arms))
-        task = progress.add_task("decoding", total=runs)
+    arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers))
+    with grid_progress() as progress:  # one tick per prompt decoded by every setting
+        task = progress.add_task("decoding", total=len(cfg.domains) * len(cfg.temperature) * cfg.repeats
+                                 * cfg.n_prompts)
         for domain in cfg.domains:
-            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
+            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file,
+                                                                         cfg.split)]
+            tune = None  # tune prompts and the target's greedy path on them, for gamma=auto (made when needed)
             for name, draft in drafts.items():  # warm-up and cost model, once per draft
                 first = name not in conditions["costs"]
                 progress.update(task, description=f"{domain}: warm-up" + (", cost model" if first else ""))
@@ -149,34 +141,45 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                         target_pass_s=shared)
             for temperature in cfg.temperature:
                 params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
-                progress.update(task, description=f"{domain} T={temperature:g} target-only")
-                base = timed(target, NoProposer(), prompts, 0, cfg, params, eos)
-                progress.advance(task)
-                log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
+                settings = []  # (arm, gamma, threshold, label, what gamma=auto expected, proposer)
                 for kind, name, gamma, threshold in arms:
                     draft, costs = drafts.get(name), conditions["costs"][name or next(iter(drafts))]
-                    who = LOOKUP if name is None else short(name) + ("" if kind == "draft" else f" ({kind})")
-                    progress.update(task, description=f"{domain} T={temperature:g} {who} gamma={gamma}"
-                                    + (f" stop<{threshold:g}" if threshold else ""))
                     label, predicted = gamma, None
                     if gamma == "auto":
-                        gamma, threshold, label, predicted = choose_auto(cfg, target, draft, prompts, params, eos,
-                                                                         base, costs)
-                    proposer = make_proposer(kind, draft, threshold, target, cfg)
-                    spec = timed(target, proposer, prompts, gamma, cfg, params, eos, True)
-                    rec = make_record(name or LOOKUP, domain, gamma, label, float(temperature), len(prompts), spec,
+                        progress.update(task, description=f"{domain} T={temperature:g} gamma=auto on tune prompts")
+                        tune = tune or tune_set(cfg, tokenizer, target, domain, eos)
+                        gamma, threshold, label, predicted = choose_auto(cfg, target, draft, tune, params, eos, costs)
+                    settings.append(((kind, name), gamma, threshold, label, predicted,
+                                     make_proposer(kind, draft, threshold, target, cfg)))
+                timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
+                progress.update(task, description=f"{domain} T={temperature:g}: {len(timing)} settings interleaved")
+                runs = timed_interleaved(target, timing, prompts, cfg.max_new_tokens, params, eos, cfg.seed,
+                                         cfg.repeats, on_prompt=lambda r, i: progress.advance(task))
+                base = runs["target"]
+                log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
+                for j, ((kind, name), gamma, threshold, label, predicted, _) in enumerate(settings):
+                    costs = conditions["costs"][name or next(iter(drafts))]
+                    rec = make_record(name or LOOKUP, domain, gamma, label, float(temperature), len(prompts), runs[j],
                                       base, costs, threshold, float(cfg.ci_level), kind)
-                    if predicted is not None:  # what gamma=auto expected of its choice before running it
+                    rec["split"] = cfg.split if not cfg.prompts_file else f"{cfg.split} ({cfg.prompts_file})"
+                    if predicted is not None:  # what gamma=auto expected of its choice (on tune prompts)
                         rec["auto_expected_speedup"] = predicted
                     records.append(rec)
-                    write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
-                    progress.advance(task)
+                    who = LOOKUP if name is None else short(name) + ("" if kind == "draft" else f" ({kind})")
                     setting = label if str(label).startswith("auto") else (
                         f"{gamma}" + (f",stop<{threshold:g}" if threshold else ""))
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx [%.2f, %.2f] (cost model %.2fx)",
                              who, domain, setting, temperature, rec["alpha"], rec["tau"], rec["speedup"],
                              *rec["speedup_ci"], rec["hardware_expected_speedup"])
+                write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
     return records
+
+
+def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos) -> dict:
+    """The tune prompts of `domain` (never the reported ones) and the target's greedy continuations of them."""
+    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file, "tune")]
+    greedy = generate_all(target, NoProposer(), prompts, 0, cfg.max_new_tokens, SamplingParams(0.0), eos, cfg.seed)
+    return {"prompts": prompts, "greedy": greedy["tokens"]}
 
 
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
@@ -230,15 +233,16 @@ def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:
     return [(g, th) for g in gammas for th in ([0.0] if g in ("auto", 1) else thresholds)]
 
 
-def choose_auto(cfg: DictConfig, target, draft, prompts, params, eos, base: dict, costs: dict) -> tuple:
-    """gamma=auto: (gamma, confidence_threshold, label, expected speedup). Greedy: every gamma in 1..max_auto_gamma
-    and every threshold asked for, replayed on the target-only baseline's tokens, which are the target's greedy path
-    (decode/replay.py: exact acceptance, one teacher-forced draft pass per prompt). Sampling: a gamma=4 pilot for
-    alpha, then the cost model's expected speedup per gamma for i.i.d. acceptance. Either way the simplest rule within
-    `auto_tolerance` of the best expected one."""
+def choose_auto(cfg: DictConfig, target, draft, tune: dict, params, eos, costs: dict) -> tuple:
+    """gamma=auto: (gamma, confidence_threshold, label, expected speedup), chosen on the tune prompts (`tune_set`)
+    only. Greedy: every gamma in 1..max_auto_gamma and every threshold asked for, replayed on the target's greedy
+    path (decode/replay.py: exact acceptance, one teacher-forced draft pass per prompt). Sampling: a gamma=4 pilot
+    for alpha, then the cost model's expected speedup per gamma for i.i.d. acceptance. Either way the simplest rule
+    within `auto_tolerance` of the best expected one."""
     passes, tolerance = costs["target_pass_s"][: cfg.max_auto_gamma + 1], float(cfg.auto_tolerance)
+    prompts = tune["prompts"]
     if params.temperature == 0:
-        best = best_rule(draft_positions(draft, prompts, base["tokens"]), costs["draft_step_s"], passes,
+        best = best_rule(draft_positions(draft, prompts, tune["greedy"]), costs["draft_step_s"], passes,
                          len(passes) - 1, thresholds_of(cfg), tolerance)
         gamma, threshold, expected = best["gamma"], best["confidence_threshold"], best["expected_speedup"]
     else:
@@ -258,6 +262,11 @@ def check_eval_config(cfg: DictConfig) -> None:
     if "auto" in gammas and any(thresholds) and any(t > 0 for t in cfg.temperature):
         raise ValueError("gamma=auto chooses a confidence_threshold only at temperature 0 (it replays the target's "
                          "greedy path); when sampling, give the longest draft instead, e.g. gamma=[4,6].")
+    if cfg.split not in ("tune", "test"):
+        raise ValueError(f"split must be test (the reported numbers) or tune, got {cfg.split!r}.")
+    if cfg.repeats < 1 or cfg.n_prompts < 2:
+        raise ValueError(f"repeats must be >= 1 and n_prompts >= 2 (an interval across prompts needs several), got "
+                         f"repeats={cfg.repeats}, n_prompts={cfg.n_prompts}.")
     for t in cfg.temperature:
         if t < 0:
             raise ValueError(f"temperature must be >= 0, got {t}.")
@@ -300,7 +309,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "costs": {}, "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     models = [target, *drafts.values()]
     max_len = run_length([encode_prompt(tokenizer, p) for d in cfg.domains
-                          for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file)],
+                          for split in (cfg.split, "tune") for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file,
+                                                                                   split)],
                          cfg.max_new_tokens, max_gamma) if cfg.compile else None  # static caches sized to the run
     conditions["compile"] = {"enabled": bool(cfg.compile), "max_len": max_len,
                              "mode": compile_mode(target.device) if cfg.compile else None}

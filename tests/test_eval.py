@@ -176,14 +176,23 @@ def test_bad_eval_settings_fail_before_work(tmp_path, tiny_target_dir, tiny_draf
                           "temperature=[0,1.0]"))
 
 
-def test_prompts(tokenizer, tmp_path):
+def test_prompts(tokenizer, tmp_path, caplog):
     assert len(load_prompts("medical", 3)) == 3
     with pytest.raises(ValueError, match="Unknown domain"):
         load_prompts("astrology", 3)
     f = tmp_path / "p.jsonl"
     f.write_text('{"prompt": "hi"}\n{"messages": [{"role": "user", "content": "yo"}]}\n')
-    prompts = load_prompts("general", 5, str(f))
-    assert prompts[0] == "hi" and isinstance(prompts[1], list)
+    with caplog.at_level("WARNING"):
+        prompts = load_prompts("general", 5, str(f))  # no split field: both splits, with a warning
+    assert prompts[0] == "hi" and isinstance(prompts[1], list) and "no \"split\" field" in caplog.text
+    f.write_text('{"prompt": "a", "split": "tune"}\n{"prompt": "b", "split": "test"}\n{"prompt": "c", "split": "test"}\n')
+    assert load_prompts("general", 5, str(f), "tune") == ["a"]
+    assert load_prompts("general", 5, str(f)) == ["b", "c"]  # test by default
+    f.write_text('{"prompt": "a", "split": "train"}\n')
+    with pytest.raises(ValueError, match="split must be tune or test"):
+        load_prompts("general", 5, str(f))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_prompts("general", 5, str(tmp_path / "missing.jsonl"))
     ids = encode_prompt(tokenizer, "hello")
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
 

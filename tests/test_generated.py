@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from conftest import CONF
 from data.generated import TOPICS, append_records, domain_prompts, done_prompts, settings_file
-from data.prompts import BUILTIN
+from data.prompts import DOMAINS, EVAL_TOPICS, evaluation_prompts
 from train.teacher_data import generate_store
 
 
@@ -19,10 +19,10 @@ def test_domain_prompts_are_distinct_and_deterministic(domain):
 
 
 def test_training_prompts_never_overlap_evaluation_prompts():
-    for domain, eval_prompts in BUILTIN.items():
-        assert not set(domain_prompts(domain, 100_000)) & set(eval_prompts)
-    eval_text = " ".join(BUILTIN["general"]).lower()
-    assert not [t for t in TOPICS if " ".join(t.split()).lower() in eval_text]
+    every_eval = {p for d in DOMAINS for p in evaluation_prompts(d)}
+    for domain in DOMAINS:
+        assert not set(domain_prompts(domain, 100_000)) & every_eval
+    assert not {" ".join(t.split()) for t in TOPICS} & {" ".join(t.split()) for t in EVAL_TOPICS}
     with pytest.raises(ValueError, match="Unknown domain"):
         domain_prompts("astrology", 3)
 

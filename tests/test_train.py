@@ -57,13 +57,13 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
         assert torch.allclose(exported(ids).logits, draft_from_checkpoint(ckpt)(ids).logits, atol=1e-5)
     assert (run / "csv" / "metrics.csv").is_file()
     # real speculative decoding ran before and after training, and the model card reports it
-    for key in ("val/alpha", "val/tau", "val/speedup"):
+    for key in ("test/alpha", "test/tau", "test/speedup"):
         assert key in summary["before"] and key in summary["after"]
-    assert 0 <= summary["after"]["val/alpha"] <= 1 and 1 <= summary["after"]["val/tau"] <= 5
+    assert 0 <= summary["after"]["test/alpha"] <= 1 and 1 <= summary["after"]["test/tau"] <= 5
     card = (run / "export" / "README.md").read_text()
     assert card.startswith(f"# {summary['run_name']}: a speculative-decoding draft for")
     assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
-    assert f"{summary['after']['val/alpha']:.3f}" in card and "speculative_config" in card and "STANDALONE" in card
+    assert f"{summary['after']['test/alpha']:.3f}" in card and "test prompts x" in card and "speculative_config" in card and "STANDALONE" in card
     assert "draft head over the first 64 token ids" in card and exported.lm_head.out_features == len(tokenizer)
     # transformers drafts as measured (spec_eval.gamma and .confidence_threshold), not its defaults 20 and 0.4
     assert exported.generation_config.num_assistant_tokens == 3
@@ -83,6 +83,29 @@ def test_best_checkpoint_by_alpha(tmp_path, tiny_target_dir, text_file):
     assert "alpha" in summary["best_checkpoint"]
     with pytest.raises(ValueError, match="spec_eval.enabled=true"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "checkpoint.monitor=val/alpha", "spec_eval.enabled=false"))
+
+
+def test_checkpoint_selection_reads_only_tune_prompts(tmp_path, tiny_target_dir, text_file, monkeypatch):
+    """During fit (what checkpoint.monitor=val/alpha chooses by) the callback decodes only tune prompts; the test
+    prompts are decoded only for the reported before/after figures."""
+    from train.callbacks import SpeculativeEval
+
+    seen, original = [], SpeculativeEval._measure_module
+
+    def spy(self, pl_module, split):
+        state = pl_module.trainer.state  # after fit returns, fn stays "fit" but the status is "finished"
+        seen.append(("fit" if state.fn == "fit" and state.status == "running" else "other", split))
+        prompts = self.prompts if split == "tune" else self.report_prompts
+        assert not {tuple(p) for p in prompts} & {tuple(p) for p in (self.report_prompts if split == "tune"
+                                                                     else self.prompts)}
+        return original(self, pl_module, split)
+
+    monkeypatch.setattr(SpeculativeEval, "_measure_module", spy)
+    train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "checkpoint.monitor=val/alpha", "trainer.max_steps=3",
+                   "spec_eval.domain=[general,code]"))
+    assert ("fit", "tune") in seen and ("other", "test") in seen
+    assert all(split == "tune" for fn, split in seen if fn == "fit")
+    assert all(split == "test" for fn, split in seen if fn != "fit")
 
 
 def test_fast_dev_run(tmp_path, tiny_target_dir, text_file):
@@ -151,10 +174,10 @@ def test_wandb_without_key_or_network_logs_offline_and_never_crashes(tmp_path, t
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     logged = offline_summary(runs[0])
-    for key in ("val/alpha", "val/tau", "val/speedup", "val/expected_accept", "final/val/alpha",
+    for key in ("val/alpha", "val/tau", "val/speedup", "val/expected_accept", "final/test/alpha",
                 "before/val/expected_accept", "final/val/expected_accept", "steps", "export"):
         assert key in logged, key
-    assert logged["final/val/alpha"] == pytest.approx(summary["after"]["val/alpha"])
+    assert logged["final/test/alpha"] == pytest.approx(summary["after"]["test/alpha"])
     assert logged["summary/before_after/_type"] == "table-file"  # the before/after table, as a wandb.Table
     assert list((runs[0] / "files" / "media" / "table").rglob("*.table.json"))
 
@@ -210,7 +233,7 @@ def test_lora_fine_tuning_trains_adapters_only_and_exports_a_merged_plain_model(
     summary = train(tiny_cfg(tmp_path / "lora", tiny_target_dir, text_file, "model/draft=pretrained",
                              f"model.draft.name_or_path={general['export']}", "lora.enabled=true", "lora.r=4",
                              "optim.lr=1e-2", "spec_eval.draft_vocab=64"))
-    assert 0 <= summary["after"]["val/alpha"] <= 1  # speculative decoding ran with the adapters (and a cut head)
+    assert 0 <= summary["after"]["test/alpha"] <= 1  # speculative decoding ran with the adapters (and a cut head)
     ckpt = read_checkpoint(tmp_path / "lora" / "run" / "checkpoints" / "last.ckpt")
     assert ckpt["draftsmith"]["lora"]["r"] == 4
     assert any("lora_A" in k for k in ckpt["state_dict"])
@@ -273,7 +296,7 @@ def test_after_metrics_reuse_the_final_fit_validation(tmp_path, tiny_target_dir,
     monkeypatch.setattr(L.Trainer, "validate", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "trainer.max_steps=4"))  # validates at 2 and 4
     assert len(calls) == 1  # only 'before'
-    for key in ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "val/tau", "val/speedup"):
+    for key in ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "test/alpha", "test/speedup"):
         assert key in summary["after"]
     calls.clear()
     train(tiny_cfg(tmp_path / "b", tiny_target_dir, text_file, "trainer.max_steps=3", "spec_eval.every_n_validations=2"))

@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
-from data.prompts import BUILTIN, encode_prompt, load_prompts
+from data.prompts import DOMAINS, encode_prompt, load_prompts
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.runtime import setup_cpu
 from train.drafts import build_draft
@@ -34,7 +34,7 @@ from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, find_resume
 from train.lora import add_lora, lora_settings
 from train.losses import get_loss
-from train.scaling import trainer_kwargs
+from train.scaling import is_fsdp, trainer_kwargs
 from train.module import DistillModule
 from train.progress import progress_bar
 
@@ -44,7 +44,8 @@ warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the st
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 # ...nor its advertisement for a cloud logging service at every start.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
-METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "val/alpha", "val/tau", "val/speedup")
+# before/after table: teacher-forced metrics on held-out text; speculative decoding on the test prompts
+METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "test/alpha", "test/tau", "test/speedup")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -78,6 +79,9 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.checkpoint.monitor not in ("val/expected_accept", "val/top1_agree", "val/alpha"):
         raise ValueError(f"checkpoint.monitor must be val/expected_accept, val/top1_agree or val/alpha, "
                          f"got '{cfg.checkpoint.monitor}'.")
+    if cfg.checkpoint.monitor == "val/alpha" and is_fsdp(cfg.trainer.get("strategy")):
+        raise ValueError("checkpoint.monitor=val/alpha needs speculative decoding during training, which is off under "
+                         "FSDP (the target is sharded across ranks). Fix: checkpoint.monitor=val/expected_accept.")
     if cfg.checkpoint.monitor == "val/alpha" and not (cfg.spec_eval.enabled and cfg.spec_eval.every_n_validations == 1):
         raise ValueError("checkpoint.monitor=val/alpha needs spec_eval.enabled=true and spec_eval.every_n_validations=1 "
                          "(alpha must be measured at every validation).")
@@ -194,18 +198,26 @@ def spec_eval_domains(cfg: DictConfig) -> list[str]:
     if chosen:
         return [chosen] if isinstance(chosen, str) else list(chosen)
     domain = cfg.data.get("prompts_from") or cfg.data.name
-    return [domain if domain in BUILTIN else "general"]
+    return [domain if domain in DOMAINS else "general"]
 
 
 def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | None:
-    """Real speculative decoding on held-out prompts of the run's domain, at validations (see train/callbacks.py)."""
+    """Real speculative decoding on held-out prompts of the run's domain, at validations (see train/callbacks.py):
+    the `tune` split during fit (what checkpoint selection reads), the `test` split for the reported figures."""
     s = cfg.spec_eval
     if not s.enabled:
         return None
+    if is_fsdp(cfg.trainer.get("strategy")):
+        log.warning("spec_eval is off under FSDP: the target is sharded across ranks, and decoding it token by token "
+                    "on every rank would be slow and wrong to time. The teacher-forced metrics (val/expected_accept, "
+                    "val/top1_agree, val/kl) still run; judge the export with eval/speculate.py on one GPU.")
+        return None
     domains = spec_eval_domains(cfg)[:1] if s.prompts_file else spec_eval_domains(cfg)  # a file: its prompts once
-    prompts = [encode_prompt(tokenizer, p) for d in domains for p in load_prompts(d, s.n_prompts, s.prompts_file)]
+    tune, test = ([encode_prompt(tokenizer, p) for d in domains for p in load_prompts(d, s.n_prompts, s.prompts_file,
+                                                                                      split)]
+                  for split in ("tune", "test"))
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    return SpeculativeEval(prompts, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
+    return SpeculativeEval(tune, test, gamma=s.gamma, max_new_tokens=s.max_new_tokens,
                            every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
                            seed=cfg.seed, cpu_matmul=s.cpu_matmul, draft_quant=s.draft_quant,
                            draft_vocab=s.get("draft_vocab"), special_ids=special_token_ids(tokenizer, target),
@@ -289,8 +301,11 @@ def train(cfg: DictConfig) -> dict:
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     step = trainer.global_step
     if last_validation.step == step and (spec_eval is None or spec_eval.measured_at_step == step):
-        # fit already validated the final weights (teacher-forced and, when on, speculative): reuse, don't redo
+        # fit already validated the final weights: reuse its teacher-forced metrics; the reported speculative
+        # figures come from the test prompts (fit measured tune ones)
         after = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        if spec_eval is not None:
+            after.update(spec_eval.report(module))
     else:
         after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
     last = ckpt_dir / "last.ckpt"

@@ -17,8 +17,26 @@ CHECKPOINT_KEY = "draftsmith"  # the entry a Draftsmith checkpoint carries besid
 _META = CHECKPOINT_KEY
 
 
+def consolidate_deepspeed(path: Path) -> Path:
+    """trainer=deepspeed writes last.ckpt as a folder of ZeRO shards; Lightning's converter joins them into one
+    fp32 checkpoint file (<folder>.consolidated, rewritten when the folder is newer), which export reads."""
+    out = path.with_name(path.name + ".consolidated")
+    if out.is_file() and out.stat().st_mtime >= max(p.stat().st_mtime for p in path.rglob("*")):
+        return out
+    try:
+        from lightning.pytorch.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
+        import deepspeed  # noqa: F401 - the converter needs it; fail here with the fix
+    except ImportError as err:
+        raise RuntimeError(f"{path} is a DeepSpeed (ZeRO) checkpoint folder; joining its shards needs DeepSpeed. "
+                           "Fix: pip install --no-build-isolation deepspeed==0.19.8 (docs/scaling.md).") from err
+    convert_zero_checkpoint_to_fp32_state_dict(str(path), str(out))
+    return out
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict:
     path = Path(path)
+    if path.is_dir() and (path / "latest").is_file():  # a DeepSpeed checkpoint folder
+        path = consolidate_deepspeed(path)
     if not path.is_file():
         raise FileNotFoundError(f"No checkpoint at {path}. Fix: point ckpt_path to a .ckpt file "
                                 f"(runs write <output_dir>/checkpoints/last.ckpt).")

@@ -37,3 +37,9 @@ def trainer_kwargs(trainer_cfg: dict) -> dict:
                 spec[key] = import_classes(spec[key])
         kwargs["strategy"] = instantiate(spec, _convert_="all")
     return kwargs
+
+
+def is_fsdp(strategy) -> bool:
+    """Whether a `trainer.strategy` setting (a name or a `_target_` spec) is FSDP."""
+    target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
+    return "fsdp" in str(target).lower()
