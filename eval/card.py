@@ -103,8 +103,8 @@ def serving_target_of(target: str) -> tuple[str, str]:
     if spec is None or not spec.hub_original:
         return target, ""
     return spec.hub_original, (
-        f"The measurements above were made against `{target}`: the GGUF file `{spec.gguf_file}` from "
-        f"`{spec.pip_spec}` (sha256 `{spec.sha256[:16]}...`), dequantized to float32. The snippets load the original "
+        f"The measurements above were made against `{target}`: {spec.describe()} "
+        f"(sha256 `{spec.sha256[:16]}...`), dequantized to float32. The snippets load the original "
         f"weights, `{spec.hub_original}`, which are NOT the weights measured: acceptance and speedup with them may "
         "differ. Measure against your serving target: `python eval/speculate.py target=<it> drafts=[<this folder>]`.")
 

@@ -57,7 +57,9 @@ def target_weights(name_or_path: str) -> dict:
 
     if name_or_path.startswith(PREFIX):
         spec = REGISTRY[name_or_path[len(PREFIX):]]
-        return {"kind": "embedded", "name": name_or_path, "package": spec.pip_spec, "file": spec.gguf_file,
+        parts = spec.parts()
+        return {"kind": "embedded", "name": name_or_path, "package": parts[0][1] if len(parts) == 1 else
+                [pip for _, pip, _ in parts], "file": spec.gguf_file, "chunks": spec.chunks,
                 "sha256": spec.sha256, "hub_original": spec.hub_original}
     if Path(name_or_path).is_dir():
         return {"kind": "folder", "name": name_or_path, "weights_sha256": weights_hash(name_or_path)}
@@ -73,4 +75,6 @@ def provenance(target: str, drafts: list[str] = ()) -> dict:
             "python": platform.python_version(), "cpu_model": cpu_model(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "target_weights": target_weights(target),
-            "draft_weights_sha256": {d: weights_hash(d) for d in drafts}}
+            # an embedded draft: its GGUF's pinned sha256 (the weights it is converted from)
+            "draft_weights_sha256": {d: target_weights(d)["sha256"] if d.startswith("embedded:") else weights_hash(d)
+                                     for d in drafts}}

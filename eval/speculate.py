@@ -1,15 +1,16 @@
 """Judge drafts by deployment: acceptance, tau, measured speedup and the cost model, per domain, gamma, temperature.
 
     python eval/speculate.py drafts=[outputs/distill/<run>/export] domains=[general,medical] gamma=[1,2,4] \
-        temperature=[0,1.0] max_new_tokens=128 n_prompts=8 out=outputs/speculate/mine
-    python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model
+        temperature=[0,1.0] max_new_tokens=128 n_prompts=16 out=outputs/speculate/mine
+    python eval/speculate.py drafts=[...] gamma=auto     # gamma chosen by the measured cost model, on tune prompts
     python eval/speculate.py drafts=[...] gamma=auto confidence_threshold=[0,0.5,0.8]  # greedy: gamma and threshold
     python eval/speculate.py drafts=[...] compile=true   # static KV caches + torch.compile (CUDA graphs on GPUs)
     python eval/speculate.py drafts=[...] draft_vocab=null  # the draft's full LM head (default on CPU: first 8192 ids)
     python eval/speculate.py drafts=[...] gamma=[4] confidence_threshold=[0,0.4,0.7]  # stop drafting when unsure
 
-Writes results.json (one record per draft x domain x gamma x confidence_threshold x temperature), results.md and
-plots to `out`.
+Measures the `test` prompts of each domain (data/prompts.py; choices such as gamma=auto read `tune` only), with
+target-only decoding and every setting taking turns prompt by prompt (eval/timing.py). Writes results.json (one
+record per draft x domain x gamma x confidence_threshold x temperature), results.md and plots to `out`.
 """
 
 from __future__ import annotations
@@ -333,7 +334,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     if cfg.wandb.enabled:
         log_eval_to_wandb(records, conditions, files, OmegaConf.to_container(cfg.wandb, resolve=True), Path(cfg.out))
     if cfg.update_card:  # append these measurements to each local draft folder's model card
-        keep = ("domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau", "speedup", "n_prompts")
+        keep = ("domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau", "speedup", "speedup_ci",
+                "n_prompts", "split")
         for name in drafts:
             if Path(name).is_dir():
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,

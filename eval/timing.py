@@ -1,9 +1,11 @@
 """Interleaved timing: target-only decoding and every speculative setting take turns, prompt by prompt.
 
-A shared machine drifts (other jobs, thermal and frequency changes) over the minutes an evaluation takes. Timing the
-baseline once, before the speculative runs, lets that drift pass for a speedup. Here every prompt is decoded by
-every arm back to back, in an order that rotates with the prompt and the pass, so drift lands on all arms alike and
-each prompt's times are paired. With `repeats` > 1 each prompt's time is its median over passes.
+A shared machine drifts (other jobs, thermal and frequency changes) over the minutes an evaluation takes, and now
+and then stalls a pass for seconds. Timing the baseline once, before the speculative runs, lets drift pass for a
+speedup. Here every arm first decodes a few tokens of the first prompt (warm-up: allocations, kernel choices), then
+every prompt is decoded by every arm back to back, in an order that rotates with the prompt and the pass, so drift
+lands on all arms alike and each prompt's times are paired. With `repeats` > 1 each prompt's time is its fastest
+pass: other load only ever adds time, so the fastest pass is the one it disturbed least.
 
     from eval.timing import Arm, timed_interleaved
     runs = timed_interleaved(target, [Arm("target", NoProposer(), 0), Arm("g1", DraftModelProposer(d), 1)],
@@ -12,7 +14,6 @@ each prompt's times are paired. With `repeats` > 1 each prompt's time is its med
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,13 +39,16 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
                       params: SamplingParams | None = None, eos_token_ids: set[int] | None = None, seed: int = 0,
                       repeats: int = 1, on_prompt: Callable[[int, int], None] | None = None) -> dict:
     """{arm.key: generate_all-like dict}: tokens, steps and prompt_steps from the first pass; prompt_seconds, each
-    prompt's median over passes; seconds and new_tokens over all prompts; tok_s, the median over passes of that
-    pass's tokens/s. Prompt i is seeded with seed + i in every arm and pass (the same draws as generate_all)."""
+    prompt's fastest pass; seconds and new_tokens over all prompts; tok_s = new_tokens / seconds. Prompt i is seeded
+    with seed + i in every arm and pass (the same draws as generate_all, so every pass decodes the same tokens)."""
     if repeats < 1 or not arms or not prompts:
         raise ValueError("timed_interleaved needs arms, prompts and repeats >= 1.")
     if len({a.key for a in arms}) != len(arms):
         raise ValueError("timed_interleaved: arm keys must be distinct.")
     device = getattr(target, "device", torch.device("cpu"))
+    for arm in arms:  # warm-up, untimed
+        generate(target, arm.proposer, prompts[0], arm.gamma, min(8, max_new_tokens), params, eos_token_ids,
+                 torch.Generator(device=device).manual_seed(seed), False)
     times = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
     lengths = {a.key: [[0] * len(prompts) for _ in range(repeats)] for a in arms}
     first = {a.key: {"tokens": [], "steps": [], "prompt_steps": []} for a in arms}
@@ -64,8 +68,9 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
     out = {}
     for arm in arms:
         t, n = times[arm.key], lengths[arm.key]
-        prompt_seconds = [statistics.median(t[r][i] for r in range(repeats)) for i in range(len(prompts))]
+        prompt_seconds = [min(t[r][i] for r in range(repeats)) for i in range(len(prompts))]
+        new_tokens = sum(map(len, first[arm.key]["tokens"]))
         out[arm.key] = {**first[arm.key], "prompt_seconds": prompt_seconds, "seconds": sum(prompt_seconds),
-                        "new_tokens": sum(map(len, first[arm.key]["tokens"])),
-                        "tok_s": statistics.median(sum(n[r]) / sum(t[r]) for r in range(repeats))}
+                        "new_tokens": new_tokens, "tok_s": new_tokens / sum(prompt_seconds),
+                        "tok_s_passes": [sum(n[r]) / sum(t[r]) for r in range(repeats)]}
     return out

@@ -1,5 +1,6 @@
 """Side by side, in one process, same prompts and gamma, greedy: target-only decoding, Draftsmith's
-speculative decoder, and transformers' generate() alone and with assistant_model=draft.
+speculative decoder, and transformers' generate() alone and with assistant_model=draft (and, with
+prompt_lookup=true, both decoders' prompt lookup: no draft model).
 
 Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`), a draft whose LM head keeps
 the first `draft_vocab` token ids (decode/draft_vocab.py) and, on CPU, int8 draft weights (decode/quantize.py,
@@ -34,6 +35,7 @@ from decode.fast_linear import fast_cpu_linears, plan_for
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
+from decode.ngram import PromptLookupProposer
 from decode.speculative import DraftModelProposer, NoProposer, generate
 from decode.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
@@ -47,6 +49,31 @@ def ours(target, draft, gamma, steps: list | None = None, threshold: float = 0.0
         if steps is not None:
             steps.extend(gen.steps)
         return gen.tokens
+    return run
+
+
+def ours_lookup(target, gamma, min_n: int, max_n: int, steps: list | None = None):
+    """Our decoder with prompt lookup (decode/ngram.py): no draft model."""
+    vocab = target.get_output_embeddings().weight.shape[0]
+
+    def run(prompt, max_new, eos):
+        gen = generate(target, PromptLookupProposer(vocab, min_n, max_n, target.device), prompt, gamma, max_new,
+                       eos_token_ids=eos)
+        if steps is not None:
+            steps.extend(gen.steps)
+        return gen.tokens
+    return run
+
+
+def hf_lookup(target, gamma, max_n: int):
+    """transformers' prompt lookup decoding (generate(prompt_lookup_num_tokens=gamma, max_matching_ngram_size))."""
+    def run(prompt, max_new, eos):
+        ids = torch.tensor([prompt], device=target.device)
+        with torch.inference_mode():
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+                                  eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0],
+                                  prompt_lookup_num_tokens=gamma, max_matching_ngram_size=max_n)
+        return out[0, len(prompt):].tolist()
     return run
 
 
@@ -133,6 +160,12 @@ def bench(cfg: DictConfig) -> dict:
         methods["ours_speculative_full_head"] = with_layout(
             ours(target, full_head, cfg.gamma, steps["ours_speculative_full_head"], threshold), [target, full_head],
             max_rows, cfg.cpu_matmul)
+    if cfg.prompt_lookup:  # no draft model: ours and transformers' prompt lookup, same gamma and longest n-gram
+        steps["ours_prompt_lookup"] = []
+        methods["ours_prompt_lookup"] = with_layout(
+            ours_lookup(target, cfg.gamma, int(cfg.lookup.min_n), int(cfg.lookup.max_n), steps["ours_prompt_lookup"]),
+            [target], max_rows, cfg.cpu_matmul)
+        methods["hf_prompt_lookup"] = hf_lookup(target, cfg.gamma, int(cfg.lookup.max_n))
     if cfg.compile:  # the same two runs again, with static caches and compiled passes
         session = CompiledDecoding([target, fast_draft], run_length(prompts, cfg.max_new_tokens, cfg.gamma), max_rows)
         steps["ours_speculative_compiled"] = []

@@ -111,9 +111,15 @@ def conditions_line(data: dict, kind: str) -> str:
              f"transformers {c['transformers']}" if c.get("transformers") else None,
              f"{c['dtype']}" if c.get("dtype") else None,
              f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else None,
-             f"median of {c['repeats']} passes" if c.get("repeats") else None]
+             (f"fastest of {c['repeats']} passes per prompt" if kind == "speculate" and data.get("records") and
+              data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") else None]
     if kind == "speculate" and data.get("records"):
-        parts.append(f"{data['records'][0]['n_prompts']} prompts per domain")
+        split = data["records"][0].get("split")
+        parts.append(f"{data['records'][0]['n_prompts']} " + (f"`{split}` prompts per domain (never used for a "
+                     "choice)" if split == "test" else f"`{split}` prompts per domain" if split else
+                     "prompts per domain (built-in sets of their time)"))
+        if data["records"][0].get("split"):
+            parts.append("target-only and speculative decoding taking turns prompt by prompt")
         if "speedup_ci" in data["records"][0]:
             parts.append(f"[{data['records'][0].get('ci_level', 0.95):.0%} bootstrap interval across prompts]")
     if kind == "bench_decoder":

@@ -116,6 +116,26 @@ def test_self_draft_and_gamma_auto(tmp_path, tiny_target_dir):
     assert r["alpha"] == 1.0 and r["gamma_setting"].startswith("auto:")
 
 
+def test_gamma_auto_chooses_on_tune_prompts_and_reports_test_prompts(tmp_path, tiny_target_dir, tiny_draft_dir,
+                                                                     tokenizer, monkeypatch):
+    import eval.speculate as speculate
+
+    chosen_on, measured_on = [], []
+    choose, interleave = speculate.choose_auto, speculate.timed_interleaved
+    monkeypatch.setattr(speculate, "choose_auto", lambda cfg, t, d, tune, *a: chosen_on.extend(tune["prompts"])
+                        or choose(cfg, t, d, tune, *a))
+    monkeypatch.setattr(speculate, "timed_interleaved", lambda t, arms, prompts, *a, **k: measured_on.extend(prompts)
+                        or interleave(t, arms, prompts, *a, **k))
+    for temperature in ("0", "1.0"):
+        chosen_on.clear(), measured_on.clear()
+        (r,) = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "domains=[code]",
+                                 f"temperature=[{temperature}]", "n_prompts=3"))
+        tune = [encode_prompt(tokenizer, p) for p in load_prompts("code", 3, split="tune")]
+        test = [encode_prompt(tokenizer, p) for p in load_prompts("code", 3, split="test")]
+        assert chosen_on == tune and measured_on == test and r["split"] == "test"
+        assert not {tuple(p) for p in tune} & {tuple(p) for p in test}
+
+
 def test_greedy_gamma_auto_replays_every_rule_and_sampling_pilots(tmp_path, tiny_target_dir, tiny_draft_dir):
     greedy, sampled = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "max_auto_gamma=4",
                                         "domains=[general]", "confidence_threshold=[0,0.1]", "temperature=[0]",

@@ -124,10 +124,11 @@ def run_bench_decoder(tmp_path, target_dir, draft_dir, *extra):
 
 
 def test_bench_decoder_runs_every_method_and_outputs_agree(tmp_path, tiny_target_dir, tiny_draft_dir):
-    result = run_bench_decoder(tmp_path, tiny_target_dir, tiny_draft_dir)
+    result = run_bench_decoder(tmp_path, tiny_target_dir, tiny_draft_dir, "prompt_lookup=true")
     methods = {r["method"]: r for r in result["rows"]}
     assert set(methods) == {"ours_target_only", "ours_speculative", "hf_target_only", "hf_assisted",
-                            "hf_assisted_our_kernels", "ours_speculative_float_draft", "ours_speculative_full_head"}
+                            "hf_assisted_our_kernels", "ours_speculative_float_draft", "ours_speculative_full_head",
+                            "ours_prompt_lookup", "hf_prompt_lookup"}
     assert all(r["identical_to_target_greedy"] for r in methods.values())
     assert result["conditions"]["cpu_matmul_plans"]["target"]["layout"] == ["rows_first"] * 3
     assert result["conditions"]["draft_quant_plan"]["quantized"]  # ours and hf_assisted_our_kernels: int8 draft
