@@ -109,6 +109,30 @@ def serving_target_of(target: str) -> tuple[str, str]:
         "differ. Measure against your serving target: `python eval/speculate.py target=<it> drafts=[<this folder>]`.")
 
 
+def _provenance_lines(evals: list[dict], weights_sha256: str | None) -> list[str]:
+    """What each measurement ran on: commit (and a dirty tree), machine, versions, the target's exact weights."""
+    seen, lines = set(), []
+    for e in evals:
+        prov = e.get("provenance") or {}
+        if not prov:
+            continue
+        tw = prov.get("target_weights") or {}
+        weights = (f"target weights sha256 `{tw['sha256'][:16]}...` ({tw.get('name')})" if tw.get("sha256") else
+                   f"target weights sha256 `{tw['weights_sha256'][:16]}...`" if tw.get("weights_sha256") else
+                   f"target `{tw.get('name')}`" if tw.get("name") else None)
+        line = "; ".join(x for x in (
+            f"commit `{str(prov.get('commit'))[:12]}`" + (" with uncommitted changes" if prov.get("dirty") else "")
+            if prov.get("commit") else None, prov.get("cpu_model"), prov.get("gpu"),
+            f"torch {prov.get('torch')}, transformers {prov.get('transformers')}" if prov.get("torch") else None,
+            weights) if x)
+        if line not in seen:
+            seen.add(line)
+            lines.append(f"- {e.get('source', 'measured')}: {line}")
+    if weights_sha256:
+        lines.append(f"- this folder's weights: sha256 `{weights_sha256[:16]}...`")
+    return ["", "Provenance:", ""] + lines if lines else []
+
+
 def render(info: dict, name: str) -> str:
     target = info.get("target") or "<target>"
     serving_target, caveat = serving_target_of(str(target))
@@ -133,6 +157,7 @@ def render(info: dict, name: str) -> str:
         lines += [_row(e) for e in evals]
     else:
         lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
+    lines += _provenance_lines(evals, info.get("weights_sha256"))
     lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
               "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -190,8 +215,10 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
     if info.get("evaluations"):
         gamma, threshold, _ = serving_gamma(info["evaluations"])
         set_assistant_gamma(folder, gamma, threshold)
+    from eval.provenance import weights_hash
+
     card = folder / "README.md"
     tmp = folder / ".README.md.tmp"
-    tmp.write_text(render(info, name or folder.name))
+    tmp.write_text(render({**info, "weights_sha256": weights_hash(folder)}, name or folder.name))
     os.replace(tmp, card)
     return card

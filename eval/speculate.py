@@ -342,7 +342,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                           "threads": conditions["threads"], "device": conditions["device"],
                           "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
                           "draft_vocab": vocab[name]["size"] if vocab[name]["restricted"] else None,
-                          "compiled": bool(cfg.compile),
+                          "compiled": bool(cfg.compile), "provenance": conditions["provenance"],
                           "source": "eval/speculate.py"} for r in records
                          if r["draft"] == name and r["proposer"] == "draft"]
                 print(f"model card updated: {write_card(name, evals)}")

@@ -88,7 +88,8 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
                                 "draft_quant=int8", "draft_vocab=64", "cpu_matmul=auto"))
     card = (folder / "README.md").read_text()
     assert "Not measured yet" not in card
-    assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py") == len(records)
+    assert all(f"{r['alpha']:.3f}" in card for r in records) and card.count("eval/speculate.py |") == len(records)
+    assert "Provenance:" in card and "- eval/speculate.py: commit `" in card
     assert card.count("cpu_matmul=auto") == len(records)  # the decoder's CPU matmul layout is a condition
     assert card.count("draft weights int8 while decoding") == len(records)  # and so are the draft's int8 weights
     assert card.count("draft head over the first 64 token ids") == len(records)  # and its cut head

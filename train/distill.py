@@ -27,6 +27,7 @@ from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.runtime import setup_cpu
+from eval.provenance import provenance
 from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
@@ -325,7 +326,8 @@ def train(cfg: DictConfig) -> dict:
         source = last if from_last else Path(checkpoint.best_model_path)
         # measurements describe the final weights: record them only when those are what we export
         evaluations = [{**spec_eval.last, "domain": "+".join(spec_eval_domains(cfg)), "device": summary["device"],
-                        "source": "end of training (spec_eval)"}] if from_last and spec_eval and spec_eval.last else []
+                        "source": "end of training (spec_eval)",
+                        "provenance": provenance(str(cfg.model.target.name_or_path))}] if from_last and spec_eval and spec_eval.last else []
         summary["export"] = str(Path(cfg.export.dir).resolve())
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
                           extra_info={"val": after if from_last else None, "evaluations": evaluations})
