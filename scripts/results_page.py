@@ -111,7 +111,8 @@ def conditions_line(data: dict, kind: str) -> str:
              f"transformers {c['transformers']}" if c.get("transformers") else None,
              f"{c['dtype']}" if c.get("dtype") else None,
              f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else None,
-             (f"fastest of {c['repeats']} passes per prompt" if kind == "speculate" and data.get("records") and
+             ((f"fastest of {c['repeats']} passes per prompt" if c["repeats"] > 1 else "one pass per prompt")
+              if kind == "speculate" and data.get("records") and
               data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") else None]
     if kind == "speculate" and data.get("records"):
         split = data["records"][0].get("split")
