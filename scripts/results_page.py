@@ -180,7 +180,9 @@ def results_page(results: list[dict], labels: dict) -> str:
              "reproduces it. Speedups are tokens/s of speculative decoding over target-only decoding with the same "
              "decoder; intervals, where shown, are 95% bootstrap intervals across prompts. Older results were "
              "measured before intervals were recorded: read their speedups with the machine's noise in mind (a few "
-             "percent between runs on the shared 2-core development machine). Metric definitions: "
+             "percent between runs on the shared 2-core development machine). Results whose conditions name no "
+             "`test` split ran on the built-in prompt sets of their time (12 hand-written prompts per domain, before "
+             "2026-12-01's held-out tune / test sets): their commands now decode other prompts. Metric definitions: "
              "[metrics.md](metrics.md).", ""]
     head = [m for m in results if m.get("headline")]
     if head:
