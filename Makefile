@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-qwen setup-deepspeed demo demo-medical test test-integration results clean
+.PHONY: setup setup-qwen setup-deepspeed demo demo-medical bench-qwen test test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ demo: $(STAMP)
 
 demo-medical: $(STAMP)
 	$(PY) train/distill.py +domain=medical $(ARGS)
+
+# The Qwen2.5-Coder side-by-side benchmark (docs/qwen-coder.md): target alone, ours with the off-the-shelf 0.5B and
+# with DRAFT, transformers' assisted generation with each and its prompt lookup; greedy and T=1, test code prompts.
+QWEN_BENCH ?= domains=[code] gamma=[auto] temperature=[0,1.0] transformers=[assisted,lookup] n_prompts=8 \
+	max_new_tokens=48 repeats=1 cpu_matmul=rows_first update_card=true
+bench-qwen: $(STAMP)
+	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
+	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
+		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] $(QWEN_BENCH) $(ARGS)
 
 # The fast suite (under 2 minutes on 2 cores with a warm venv); prints the slowest tests.
 test: $(STAMP)

@@ -41,6 +41,14 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (Linux and macOS report it in different units)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024**3 if sys.platform == "darwin" else 1024**2)
+
+
 def setup_cpu(threads: int | None = None, keep_memory: bool = True) -> None:
     """`threads` torch CPU threads (None: torch's default, all cores) and, with `keep_memory`, keep_freed_memory()."""
     if threads:

@@ -160,9 +160,10 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
     conds = ", ".join(f"{k}={v}" for k, v in conditions.items() if k != "costs")
     files["markdown"].write_text(f"# Speculative decoding results\n\nConditions: {conds}\n\n"
                                  "tau counts the bonus/correction token (+1 included).\n\n" + markdown_table(records) + "\n")
-    for i, path in enumerate(plots(records, out)):
+    ours = [r for r in records if not str(r.get("proposer", "")).startswith("transformers")]  # baselines: table only
+    for i, path in enumerate(plots(ours, out)):
         files[f"plot{i}"] = path
-    if conditions.get("costs") and records:
-        files["cost_model"] = cost_model_plot(records, conditions["costs"], out)
+    if conditions.get("costs") and ours:
+        files["cost_model"] = cost_model_plot(ours, conditions["costs"], out)
     (out / PARTIAL).unlink(missing_ok=True)
     return files

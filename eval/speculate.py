@@ -39,6 +39,7 @@ from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
 from decode.schedule import HeuristicGammaProposer
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci
+from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, hf_assisted, hf_lookup
 from eval.provenance import provenance
 from eval.timing import Arm, timed_interleaved
 from decode.runtime import setup_cpu
@@ -117,8 +118,44 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
             **intervals(spec, base, level)}
 
 
+def make_hf_record(draft: str, proposer: str, domain: str, gamma, temperature: float, n_prompts: int, run: dict,
+                   base: dict, level: float) -> dict:
+    """One results.json record for a transformers arm (eval/hf_arms.py): speedup and its interval like ours; tau is
+    tokens per target forward pass (counted); alpha is not reported by transformers (nan)."""
+    passes = sum(p for p in run["target_passes"] if p)
+    tokens = [len(t) for t in run["tokens"]]
+    return {"draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma if gamma else "default",
+            "gamma_setting": gamma if gamma else "transformers default", "temperature": temperature,
+            "confidence_threshold": 0.0, "n_prompts": n_prompts, "new_tokens": run["new_tokens"],
+            "alpha": float("nan"), "tau": run["new_tokens"] / passes if passes else float("nan"),
+            "target_passes": passes, "target_tok_s": base["tok_s"], "spec_tok_s": run["tok_s"],
+            "speedup": run["tok_s"] / base["tok_s"], "cost_ratio_c": float("nan"),
+            "theoretical_speedup": float("nan"), "hardware_expected_speedup": float("nan"),
+            "greedy_identical": run["tokens"] == base["tokens"] if temperature == 0 else None,
+            "speedup_ci": list(bootstrap_speedup_ci(base["prompt_seconds"], run["prompt_seconds"],
+                                                    [len(t) for t in base["tokens"]], tokens, level)),
+            "ci_level": level, "per_prompt": {"target_s": base["prompt_seconds"], "spec_s": run["prompt_seconds"],
+                                              "target_tokens": [len(t) for t in base["tokens"]], "spec_tokens": tokens}}
+
+
+def is_ours(record: dict) -> bool:
+    """Our decoder's records (not a transformers baseline arm)."""
+    return not str(record.get("proposer", "")).startswith("transformers")
+
+
+def hf_arms(cfg: DictConfig, target, hf_drafts: dict) -> list[tuple]:
+    """(draft name or None, proposer name, run) for each transformers arm asked for (`transformers`)."""
+    gamma = cfg.get("transformers_gamma")
+    arms = []
+    if "lookup" in cfg.get("transformers", []):
+        arms.append((None, HF_LOOKUP, hf_lookup(target, gamma, int(cfg.lookup.max_n))))
+    for name, draft in hf_drafts.items():
+        arms.append((name, ASSISTED, hf_assisted(target, draft, gamma)))
+    return arms
+
+
 def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, max_gamma: int, eos,
-                conditions: dict) -> list[dict]:
+                conditions: dict, hf_drafts: dict | None = None) -> list[dict]:
     """Every (domain, temperature): target-only decoding and every speculative setting, interleaved prompt by prompt
     on the `split` prompts (eval/timing.py); gamma=auto chooses on the tune prompts first. The cost model is
     measured once per draft (into conditions["costs"])."""
@@ -153,6 +190,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     settings.append(((kind, name), gamma, threshold, label, predicted,
                                      make_proposer(kind, draft, threshold, target, cfg)))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
+                baselines = hf_arms(cfg, target, hf_drafts or {})
+                timing += [Arm(("hf", k), None, 0, run=run) for k, (_, _, run) in enumerate(baselines)]
                 progress.update(task, description=f"{domain} T={temperature:g}: {len(timing)} settings interleaved")
                 runs = timed_interleaved(target, timing, prompts, cfg.max_new_tokens, params, eos, cfg.seed,
                                          cfg.repeats, on_prompt=lambda r, i: progress.advance(task))
@@ -172,6 +211,13 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx [%.2f, %.2f] (cost model %.2fx)",
                              who, domain, setting, temperature, rec["alpha"], rec["tau"], rec["speedup"],
                              *rec["speedup_ci"], rec["hardware_expected_speedup"])
+                for k, (name, proposer, _) in enumerate(baselines):
+                    rec = make_hf_record(name or HF_LOOKUP, proposer, domain, cfg.get("transformers_gamma"),
+                                         float(temperature), len(prompts), runs[("hf", k)], base, float(cfg.ci_level))
+                    records.append(rec)
+                    log.info("%s %s T=%s: %.2f tokens per target pass, speedup %.2fx [%.2f, %.2f]%s", proposer,
+                             short(name) if name else "", temperature, rec["tau"], rec["speedup"], *rec["speedup_ci"],
+                             "" if rec["greedy_identical"] in (None, True) else " (output differs from the target's)")
                 write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
     return records
 
@@ -280,6 +326,13 @@ def check_eval_config(cfg: DictConfig) -> None:
         raise ValueError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
     if not 1 <= int(cfg.lookup.min_n) <= int(cfg.lookup.max_n):
         raise ValueError(f"lookup needs 1 <= min_n <= max_n, got {cfg.lookup.min_n} and {cfg.lookup.max_n}.")
+    bad = [t for t in cfg.get("transformers", []) if t not in ("assisted", "lookup")]
+    if bad:
+        raise ValueError(f"transformers must list assisted and/or lookup (transformers' own decoders timed alongside), "
+                         f"got {bad}.")
+    tg = cfg.get("transformers_gamma")
+    if tg is not None and (not isinstance(tg, int) or tg < 1):
+        raise ValueError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
         raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
@@ -293,6 +346,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     eos = eos_token_ids(tokenizer, target)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)
+    # transformers' assisted generation gets float copies with full heads, as a user runs it
+    hf_drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
+                            cache_dir=cfg.cache_dir, device=cfg.device) if "assisted" in cfg.transformers else {}
     special = special_token_ids(tokenizer, target)
     vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special)[1] for name, draft in drafts.items()}
     quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
@@ -319,15 +375,16 @@ def evaluate(cfg: DictConfig) -> list[dict]:
             compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
         with partial_on_error(Path(cfg.out)):
-            records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions)
+            records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions, hf_drafts)
+    ours = [r for r in records if is_ours(r)]  # the verdicts judge our decoder; transformers' rows are baselines
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
-    best = best_gamma(max((r["alpha"] for r in records), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
-    fastest = max(records, key=lambda r: r["speedup"])
+    best = best_gamma(max((r["alpha"] for r in ours), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
+    fastest = max(ours, key=lambda r: r["speedup"])
     conditions["best_measured_speedup"] = fastest["speedup"]
     conditions["best_measured_speedup_ci"] = fastest["speedup_ci"]
     # measured, not predicted, and decided by the interval: "pays" only where its lower end is above 1
     conditions["speculation_pays"] = verdict(fastest) == "pays"
-    by_domain = best_by_domain(records)
+    by_domain = best_by_domain(ours)
     conditions["speculation_pays_by_domain"] = {d: verdict(r) for d, r in by_domain.items()}
     conditions["cost_model_best"] = {"gamma": best[0], "expected_speedup": best[1]}
     files = write_report(records, conditions, Path(cfg.out))

@@ -25,9 +25,17 @@ from decode.speculative import Proposer, SamplingParams, generate
 @dataclass
 class Arm:
     key: object           # how the caller names this arm in the result
-    proposer: Proposer
+    proposer: Proposer | None
     gamma: int            # 0 for target-only decoding
     record_entropy: bool = False
+    run: Callable | None = None  # another decoder instead of ours: run(prompt, max_new_tokens, params, eos, generator)
+                                 # -> an object with tokens, steps, prefill_s, decode_s (eval/hf_arms.py)
+
+    def decode(self, target, prompt, max_new_tokens, params, eos_token_ids, generator, record_entropy: bool):
+        if self.run is not None:
+            return self.run(prompt, max_new_tokens, params, eos_token_ids, generator)
+        return generate(target, self.proposer, prompt, self.gamma, max_new_tokens, params, eos_token_ids, generator,
+                        record_entropy)
 
 
 def rotated(items: list, shift: int) -> list:
@@ -47,22 +55,23 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
         raise ValueError("timed_interleaved: arm keys must be distinct.")
     device = getattr(target, "device", torch.device("cpu"))
     for arm in arms:  # warm-up, untimed
-        generate(target, arm.proposer, prompts[0], arm.gamma, min(8, max_new_tokens), params, eos_token_ids,
-                 torch.Generator(device=device).manual_seed(seed), False)
+        arm.decode(target, prompts[0], min(8, max_new_tokens), params, eos_token_ids,
+                   torch.Generator(device=device).manual_seed(seed), False)
     times = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
     lengths = {a.key: [[0] * len(prompts) for _ in range(repeats)] for a in arms}
-    first = {a.key: {"tokens": [], "steps": [], "prompt_steps": []} for a in arms}
+    first = {a.key: {"tokens": [], "steps": [], "prompt_steps": [], "target_passes": []} for a in arms}
     for r in range(repeats):
         for i, prompt in enumerate(prompts):
             for arm in rotated(arms, r + i):  # no arm always runs first (or right after a particular other one)
-                gen = generate(target, arm.proposer, prompt, arm.gamma, max_new_tokens, params, eos_token_ids,
-                               torch.Generator(device=device).manual_seed(seed + i), arm.record_entropy and r == 0)
+                gen = arm.decode(target, prompt, max_new_tokens, params, eos_token_ids,
+                                 torch.Generator(device=device).manual_seed(seed + i), arm.record_entropy and r == 0)
                 times[arm.key][r][i] = gen.prefill_s + gen.decode_s
                 lengths[arm.key][r][i] = len(gen.tokens)
                 if r == 0:
                     first[arm.key]["tokens"].append(gen.tokens)
                     first[arm.key]["steps"] += gen.steps
                     first[arm.key]["prompt_steps"].append(len(gen.steps))
+                    first[arm.key]["target_passes"].append(getattr(gen, "target_passes", None))
             if on_prompt is not None:
                 on_prompt(r, i)
     out = {}

@@ -12,16 +12,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import resource
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from decode.embedded import REGISTRY, embedded_model_dir  # noqa: E402
-
-
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # Linux: kilobytes
+from decode.runtime import peak_rss_gb  # noqa: E402
 
 
 def main() -> None:

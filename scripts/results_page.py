@@ -69,15 +69,25 @@ def speculate_table(data: dict, labels: dict) -> list[str]:
             gamma += f", stop < {r['confidence_threshold']:g}"
         expected = r.get("hardware_expected_speedup")
         ratio = r["speedup"] / expected if expected and not math.isnan(expected) else None
-        kind = r.get("proposer", "draft")
-        who = draft_label(r["draft"], labels) + {"lookup+draft": ", prompt lookup first",
-                                                 "heuristic": ", heuristic γ schedule"}.get(kind, "")
+        who = row_label(r, labels)
         rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {gamma} "
                     f"| {f3(r['alpha'])}{interval(r.get('alpha_ci'), f3)} | {r['tau']:.2f} "
                     f"| {r['target_tok_s']:.1f} → {r['spec_tok_s']:.1f} "
                     f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), fx)} | {fx(expected)} "
                     f"| {f3(ratio)} | {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
     return rows
+
+
+def row_label(r: dict, labels: dict) -> str:
+    """Who drafted: the draft's name, with the proposer kind where it is not the draft model alone (transformers'
+    own decoders are named as such)."""
+    kind = r.get("proposer", "draft")
+    if kind == "transformers lookup":
+        return "transformers prompt lookup"
+    return draft_label(r["draft"], labels) + {"lookup+draft": ", prompt lookup first",
+                                              "heuristic": ", heuristic γ schedule",
+                                              "transformers assisted": ", transformers assisted generation",
+                                              "lookup": ""}.get(kind, "")
 
 
 def acceptance_table(data: dict, labels: dict) -> list[str]:
@@ -217,9 +227,12 @@ def readme_block(results: list[dict], labels: dict) -> str:
     m = head[0]
     name, kind = next((n, k) for n, k in m["files"].items() if k == "speculate")
     data = json.loads((m["dir"] / name).read_text())
-    rows = ["| domain | T | γ | α | speedup over target-only | cost model | greedy identical |", "|---|---|---|---|---|---|---|"]
+    several = len({row_label(r, labels) for r in data["records"]}) > 1
+    rows = ["| " + ("drafter | " if several else "") + "domain | T | γ | α | speedup over target-only | cost model "
+            "| greedy identical |", "|---|---|---|---|---|---|---|" + ("---|" if several else "")]
     for r in data["records"]:
-        rows.append(f"| {r['domain']} | {r['temperature']:g} | {r.get('gamma_setting', r['gamma'])} "
+        rows.append("| " + (f"{row_label(r, labels)} | " if several else "")
+                    + f"{r['domain']} | {r['temperature']:g} | {r.get('gamma_setting', r['gamma'])} "
                     f"| {f3(r['alpha'])} | **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), fx)} "
                     f"| {fx(r.get('hardware_expected_speedup'))} "
                     f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")

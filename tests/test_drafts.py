@@ -67,3 +67,18 @@ def test_vocab_guard_names_both_sides(tokenizer):
     with pytest.raises(VocabMismatchError, match=r"embedding vocab sizes differ \(t: \d+, d: \d+\)"):
         check_same_vocab(tokenizer, tokenizer, target, draft, "t", "d")
     check_same_vocab(tokenizer, tokenizer, target, make_model(len(tokenizer), seed=3))  # same vocab: fine
+
+
+def test_truncated_from_a_source_model_takes_its_layers_and_width(tokenizer, tmp_path):
+    """kind=truncated with `source`: the layers of a smaller model of the target's vocabulary (the Qwen2.5-Coder
+    recipe cuts the 0.5B for the 1.5B target), not of the target."""
+    target = make_model(len(tokenizer), layers=3, hidden=32)
+    donor = make_model(len(tokenizer), layers=4, hidden=16, seed=3)
+    donor.save_pretrained(tmp_path / "donor")
+    draft = build_draft(target, "truncated", layers=[0, 3], source=str(tmp_path / "donor"), train_embeddings=False)
+    assert draft.config.hidden_size == 16 and draft.config.num_hidden_layers == 2
+    d, s = draft.state_dict(), donor.state_dict()
+    assert torch.equal(d["model.layers.1.mlp.up_proj.weight"], s["model.layers.3.mlp.up_proj.weight"])
+    assert torch.equal(d["model.embed_tokens.weight"], s["model.embed_tokens.weight"])
+    with pytest.raises(ValueError, match=r"in \[0, 3\]"):  # indices are the donor's (4 layers), not the target's
+        build_draft(target, "truncated", layers=[4], source=str(tmp_path / "donor"))

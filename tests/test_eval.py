@@ -1,9 +1,11 @@
 """eval/speculate.py end to end on tiny models: results.json schema, markdown, plots, greedy identity."""
 
 import json
+import math
 
 import pytest
 from hydra import compose, initialize_config_dir
+from transformers import AutoModelForCausalLM
 
 from conftest import CONF
 from data.prompts import encode_prompt, load_prompts
@@ -313,3 +315,37 @@ def test_card_says_when_the_serving_target_is_not_the_weights_measured():
     card = render({"target": "embedded:smollm2-135m-instruct"}, "x")
     assert caveat in card and 'from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")' in card
     assert "NOT the weights measured" not in render({"target": "/models/my-target"}, "x")
+
+
+def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_target_dir, tiny_draft_dir):
+    """transformers=[assisted,lookup]: stock assisted generation and prompt lookup are timed beside ours, against
+    the same target-only times; greedy rows reproduce the target's output; tau counts tokens per target pass."""
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "temperature=[0,1.0]",
+                                "domains=[code]", "transformers=[assisted,lookup]", "cpu_matmul=rows_first"))
+    hf = [r for r in records if r["proposer"].startswith("transformers")]
+    assert sorted(r["proposer"] for r in hf) == ["transformers assisted", "transformers assisted",
+                                                 "transformers lookup", "transformers lookup"]
+    for r in hf:
+        assert r["gamma"] == "default" and math.isnan(r["alpha"]) and r["target_passes"] > 0
+        assert 1 <= r["tau"] <= r["new_tokens"] and r["speedup_ci"][0] <= r["speedup"] <= r["speedup_ci"][1]
+        assert r["greedy_identical"] is (True if r["temperature"] == 0 else None)
+        assert r["target_tok_s"] == next(o["target_tok_s"] for o in records if o["proposer"] == "draft"
+                                         and o["temperature"] == r["temperature"])  # one shared baseline
+    saved = json.loads((tmp_path / "eval" / "results.json").read_text().replace("NaN", "null"))
+    assert len(saved["records"]) == len(records)
+    assert "transformers assisted" in (tmp_path / "eval" / "results.md").read_text()
+    with pytest.raises(ValueError, match="assisted and/or lookup"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "transformers=[medusa]"))
+
+
+def test_stock_linears_undo_the_fast_layout_only_inside_the_block(tiny_target_dir):
+    from decode.fast_linear import FastLinear, fast_cpu_linears
+    from eval.hf_arms import stock_linears
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
+    with fast_cpu_linears([model], 4, "rows_first"):
+        count = sum(isinstance(m, FastLinear) for m in model.modules())
+        assert count > 0
+        with stock_linears(model):
+            assert not any(isinstance(m, FastLinear) for m in model.modules())
+        assert sum(isinstance(m, FastLinear) for m in model.modules()) == count

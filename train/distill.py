@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
-from decode.runtime import setup_cpu
+from decode.runtime import peak_rss_gb, setup_cpu
 from eval.provenance import provenance
 from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
@@ -171,12 +171,14 @@ def build_models(cfg: DictConfig):
     target = load_frozen(t.name_or_path, dtype=t.dtype, cache_dir=cache, attn_implementation=t.attn_implementation,
                          revision=t.revision, trust_remote_code=t.trust_remote_code)
     draft_tokenizer = None
-    if d.kind == "pretrained":  # the other kinds copy the target's vocabulary by construction
-        draft_tokenizer = load_tokenizer(d.name_or_path, cache_dir=cache)
-        check_same_vocab(tokenizer, draft_tokenizer, target_name=t.name_or_path, draft_name=d.name_or_path)
+    donor = d.name_or_path if d.kind == "pretrained" else d.get("source") if d.kind == "truncated" else None
+    if donor:  # the other kinds copy the target's vocabulary by construction
+        draft_tokenizer = load_tokenizer(donor, cache_dir=cache)
+        check_same_vocab(tokenizer, draft_tokenizer, target_name=t.name_or_path, draft_name=donor)
     draft = build_draft(target, d.kind, layers=d.get("layers"), config=d.get("config"),
                         copy_embeddings=d.get("copy_embeddings", True), name_or_path=d.get("name_or_path"),
-                        train_embeddings=d.train_embeddings, dtype=d.dtype, cache_dir=cache, seed=cfg.seed)
+                        train_embeddings=d.train_embeddings, dtype=d.dtype, cache_dir=cache, seed=cfg.seed,
+                        source=d.get("source"))
     check_same_vocab(tokenizer, draft_tokenizer, target, draft, t.name_or_path, f"draft ({d.kind})")
     if cfg.lora.enabled:  # e.g. a general draft adapted to a domain: only the adapters train
         draft = add_lora(draft, lora_settings(cfg.lora))
@@ -272,7 +274,9 @@ def train(cfg: DictConfig) -> dict:
                            ce_weight=cfg.loss.ce_weight, loss_params=OmegaConf.to_container(cfg.loss.params),
                            lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
                            warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
-                           onpolicy=OmegaConf.to_container(cfg.onpolicy))
+                           onpolicy=OmegaConf.to_container(cfg.onpolicy),
+                           train_vocab=cfg.model.draft.get("train_vocab"),
+                           special_ids=special_token_ids(tokenizer, target))
 
     ckpt_dir = output_dir / "checkpoints"
     monitor = cfg.checkpoint.monitor
@@ -316,6 +320,7 @@ def train(cfg: DictConfig) -> dict:
                "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
                "before": before, "after": after, "seconds": round(time.time() - started, 1),
                "threads": torch.get_num_threads(), "device": str(module.device), "run_name": run_name,
+               "peak_rss_gb": round(peak_rss_gb(), 2),
                "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
                          "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
                          "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
@@ -341,7 +346,8 @@ def train(cfg: DictConfig) -> dict:
     log.info("checkpoint: %s", last)
     if "export" in summary:
         log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])
-    log.info("summary:    %s  (%.0f s)", output_dir / "summary.json", summary["seconds"])
+    log.info("summary:    %s  (%.0f s, peak memory %.1f GB: this process's maximum resident set)",
+             output_dir / "summary.json", summary["seconds"], peak_rss_gb())
     return summary
 
 

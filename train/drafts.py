@@ -1,7 +1,8 @@
-"""Build a draft model for a given target: truncated target, fresh small model, or pretrained model.
+"""Build a draft model for a given target: truncated target (or truncated smaller family member), fresh small
+model, or pretrained model.
 
 Every draft built here shares the target's vocabulary, by construction (truncated, fresh) or by check
-(pretrained, see decode.loading.check_same_vocab).
+(pretrained or a truncation `source`, see decode.loading.check_same_vocab).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def _slice_layer_config(config, layers: list[int]) -> None:
     n = config.num_hidden_layers
     bad = [i for i in layers if not 0 <= i < n]
     if not layers or bad or len(set(layers)) != len(layers):
-        raise ValueError(f"model.draft.layers must be distinct indices in [0, {n - 1}] (the target has {n} "
-                         f"layers), got {list(layers)}.")
+        raise ValueError(f"model.draft.layers must be distinct indices in [0, {n - 1}] (the model cut, the "
+                         f"target or model.draft.source, has {n} layers), got {list(layers)}.")
     config.num_hidden_layers = len(layers)
     if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Qwen2, Gemma...)
         config.layer_types = [config.layer_types[i] for i in layers]
@@ -73,10 +74,14 @@ def fresh_draft(target, overrides: dict, copy_embeddings: bool = True, dtype: st
 
 def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings: bool = True,
                 name_or_path: str | None = None, train_embeddings: bool = True, dtype: str = "float32",
-                cache_dir=None, seed: int = 0):
-    """Dispatch on `kind` (truncated | fresh | pretrained); optionally freeze the (tied) embeddings."""
+                cache_dir=None, seed: int = 0, source: str | None = None):
+    """Dispatch on `kind` (truncated | fresh | pretrained); optionally freeze the (tied) embeddings.
+    kind=truncated cuts `source` (a folder, Hub id or embedded: name of a smaller model with the target's
+    vocabulary) when given, else the target itself."""
     if kind == "truncated":
-        draft = truncated_draft(target, list(layers or []), dtype=dtype)
+        donor = load_causal_lm(source, dtype="float32", cache_dir=cache_dir) if source else target
+        draft = truncated_draft(donor, list(layers or []), dtype=dtype)
+        del donor
     elif kind == "fresh":
         draft = fresh_draft(target, dict(config or {}), copy_embeddings=copy_embeddings, dtype=dtype, seed=seed)
     elif kind == "pretrained":

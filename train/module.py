@@ -15,6 +15,7 @@ import torch
 
 from train.export import CHECKPOINT_KEY as _META
 from train.onpolicy import draft_continuations, is_onpolicy_step
+from train.train_vocab import kept_head, remap
 from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, own_precision
 
 
@@ -44,9 +45,10 @@ class DistillModule(L.LightningModule):
     def __init__(self, target, draft, *, loss: str = "forward_kl", temperature: float = 1.0, chunk_size: int = 1024,
                  ce_weight: float = 0.0, loss_params: dict | None = None, onpolicy: dict | None = None,
                  lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
-                 min_lr_ratio: float = 0.1, meta: dict | None = None):
+                 min_lr_ratio: float = 0.1, meta: dict | None = None, train_vocab: int | None = None,
+                 special_ids=()):
         super().__init__()
-        self.save_hyperparameters(ignore=["target", "draft", "meta"])
+        self.save_hyperparameters(ignore=["target", "draft", "meta", "special_ids"])
         # target None: the teacher is a logit cache that comes with each batch (train/teacher_cache.py)
         self.target = target.eval().requires_grad_(False) if target is not None else None
         self.draft = draft
@@ -55,6 +57,12 @@ class DistillModule(L.LightningModule):
         self.meta = dict(meta or {})
         self.onpolicy = dict(onpolicy or {"fraction": 0.0})  # fraction, prompt_tokens, new_tokens, temperature
         self._last_step_time: float | None = None
+        self._kept = None  # train_vocab: (kept ids, frozen head over them), train/train_vocab.py
+        if train_vocab:
+            if target is None:
+                raise ValueError("model.draft.train_vocab works with teacher=live (the cached teacher's top-k ids "
+                                 "are not restricted). Fix: model.draft.train_vocab=null or teacher=live.")
+            self._kept = kept_head(draft, int(train_vocab), special_ids)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -71,6 +79,8 @@ class DistillModule(L.LightningModule):
                                           loss_mask(labels), batch["teacher_ids"], batch["teacher_logp"],
                                           batch["teacher_tail"], self.hparams.chunk_size, metrics=metrics,
                                           next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
+        if self._kept is not None and not metrics:  # training: the kept ids only
+            return self._distill_kept(batch)
         teacher = None
         if metrics or self.ce_weight < 1:  # the cross-entropy baseline trains without the target
             with torch.no_grad(), own_precision(batch["input_ids"]):  # the teacher ignores bf16-mixed autocast
@@ -80,6 +90,25 @@ class DistillModule(L.LightningModule):
                                self.target.get_output_embeddings(), loss_mask(labels), self.loss_fn,
                                self.hparams.temperature, self.hparams.chunk_size, metrics=metrics,
                                next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
+
+    def _distill_kept(self, batch):
+        """A training step's loss over the kept ids (model.draft.train_vocab): positions whose next token is not
+        kept are left out; a teacher's logits are cut to the same ids (renormalised by the loss's softmax)."""
+        ids, head = self._kept
+        if head.weight.device != self.device:  # not a registered submodule: follow the draft once
+            self._kept = ids, head = ids.to(self.device), head.to(self.device)
+        labels = batch["labels"]
+        index, kept = remap(torch.roll(labels, -1, dims=1), ids, self.draft.get_output_embeddings().out_features)
+        mask = loss_mask(labels) & kept
+        teacher, teacher_head = None, None
+        if self.ce_weight < 1:
+            with torch.no_grad(), own_precision(batch["input_ids"]):
+                teacher = final_hidden(self.target, batch)
+            full = self.target.get_output_embeddings()
+            teacher_head = lambda h: full(h)[..., ids]  # noqa: E731
+        return chunked_distill(final_hidden(self.draft, batch), teacher, head, teacher_head, mask,
+                               self.loss_fn, self.hparams.temperature, self.hparams.chunk_size, metrics=False,
+                               next_tokens=index, ce_weight=self.ce_weight)
 
     def training_step(self, batch, batch_idx):
         op = self.onpolicy

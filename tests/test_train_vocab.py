@@ -1,0 +1,65 @@
+"""Training over the decoder's kept draft vocabulary (train/train_vocab.py)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import make_model
+from decode.draft_vocab import kept_ids
+from train.module import DistillModule
+from train.train_vocab import kept_head, remap
+
+
+def test_remap_finds_kept_tokens_and_drops_the_rest():
+    ids = torch.tensor([0, 2, 5, 9])
+    index, kept = remap(torch.tensor([[5, 3, 9, -100, 0]]), ids, 12)
+    assert kept.tolist() == [[True, False, True, False, True]]
+    assert index[kept].tolist() == [2, 3, 0]
+
+
+def test_kept_head_is_the_full_heads_rows_and_needs_a_frozen_head():
+    draft = make_model(64, layers=1, tie=False)
+    with pytest.raises(ValueError, match="train_embeddings=false"):
+        kept_head(draft, 16, keep=[60])
+    draft.get_output_embeddings().requires_grad_(False)
+    ids, head = kept_head(draft, 16, keep=[60])
+    assert torch.equal(ids, kept_ids(64, 16, [60])) and 60 in ids.tolist()
+    h = torch.randn(5, draft.config.hidden_size)
+    assert torch.allclose(head(h), draft.get_output_embeddings()(h)[:, ids])
+    assert not head.weight.requires_grad
+
+
+@pytest.mark.parametrize("ce_weight", [1.0, 0.0])
+def test_a_kept_vocabulary_step_is_the_loss_over_kept_ids_at_kept_positions(tokenizer, ce_weight):
+    """The step's loss equals cross-entropy (or KL to the renormalised teacher) computed from full logits cut to the
+    kept ids, averaged over the positions whose next token is kept; the body trains, the head does not."""
+    vocab = len(tokenizer)
+    target, draft = make_model(vocab, layers=2, seed=1, init=0.3), make_model(vocab, layers=1, seed=2, init=0.3)
+    draft.get_output_embeddings().requires_grad_(False)
+    draft.get_input_embeddings().requires_grad_(False)
+    module = DistillModule(target, draft, loss="forward_kl", ce_weight=ce_weight, train_vocab=40, special_ids=[1, 2])
+    torch.manual_seed(0)
+    ids = torch.randint(0, vocab, (2, 12))
+    labels = ids.clone()
+    labels[:, :3] = -100
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    out = module._distill(batch, metrics=False)
+    kept = module._kept[0]
+    nxt = torch.roll(labels, -1, dims=1)
+    index, is_kept = remap(nxt, kept, vocab)
+    mask = torch.zeros_like(labels, dtype=torch.bool)
+    mask[:, :-1] = labels[:, 1:] != -100
+    mask &= is_kept
+    s_logits = draft(ids).logits[..., kept][mask]
+    if ce_weight == 1:
+        expected = F.cross_entropy(s_logits, index[mask])
+    else:
+        with torch.no_grad():
+            t_logits = target(ids).logits[..., kept][mask]
+        expected = F.kl_div(F.log_softmax(s_logits, -1), F.log_softmax(t_logits, -1), log_target=True,
+                            reduction="batchmean")
+    assert 0 < int(mask.sum()) < mask.numel()
+    assert torch.allclose(out["loss"], expected, atol=1e-5)
+    out["loss"].backward()
+    assert draft.model.layers[0].mlp.up_proj.weight.grad is not None
+    assert draft.get_output_embeddings().weight.grad is None
