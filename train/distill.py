@@ -346,6 +346,9 @@ def train(cfg: DictConfig) -> dict:
     log.info("checkpoint: %s", last)
     if "export" in summary:
         log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])
+        if spec_eval is None:  # nothing decoded during training: say how to measure the export
+            log.info("next:       python eval/speculate.py target=%s drafts=[%s] update_card=true  (alpha, speedup; "
+                     "fills the model card)", cfg.model.target.name_or_path, summary["export"])
     log.info("summary:    %s  (%.0f s, peak memory %.1f GB: this process's maximum resident set)",
              output_dir / "summary.json", summary["seconds"], peak_rss_gb())
     return summary
