@@ -66,18 +66,36 @@ def hardware_speedup(alpha: float, gamma: int, draft_step_s: float, target_pass_
     return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / step_s
 
 
-def replayed_speedup(steps: Iterable, draft_step_s: float, target_pass_s: Sequence[float]) -> float:
+def replayed_speedup(steps: Iterable, draft_step_s: float | dict, target_pass_s: Sequence[float]) -> float:
     """Expected speedup of these very steps under the cost model: the tokens they emitted (accepted + 1 each) times
     one target step, over what they cost (a step that drafted d tokens: d draft steps and a (d+1)-token target pass).
     Assumes nothing about how acceptance is distributed, so it also judges drafts of varying length
     (`confidence_threshold`). With target_pass_s all 1 and draft_step_s = c it is Leviathan's form for those steps.
-    Steps drafted by prompt lookup (`source == "lookup"`) cost no draft step."""
+    Steps drafted by prompt lookup (`source == "lookup"`) cost no draft step; a token tree's step costs one draft
+    pass per depth (`draft_passes`) and a target pass over all its nodes (`verified`). Steps drafted by several
+    proposers (decode/router.py): `draft_step_s` maps each step's source to its draft pass time."""
     steps = list(steps)
     pairs = _pairs(steps)
-    free = [getattr(s, "source", "") == "lookup" for s in steps]
     emitted = sum(a + 1 for _, a in pairs)
-    cost = sum((0.0 if f else d * draft_step_s) + target_pass_s[d] for (d, _), f in zip(pairs, free))
+    cost = 0.0
+    for s, (d, _) in zip(steps, pairs):
+        passes = 0 if getattr(s, "source", "") == "lookup" else _or(getattr(s, "draft_passes", None), d)
+        each = draft_step_s.get(getattr(s, "source", ""), 0.0) if isinstance(draft_step_s, dict) else draft_step_s
+        cost += passes * each + pass_seconds(target_pass_s, _or(getattr(s, "verified", None), d) + 1)
     return emitted * target_pass_s[0] / cost if cost else float("nan")
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def pass_seconds(target_pass_s: Sequence[float], k: int) -> float:
+    """A k-token target pass: measured (target_pass_s[k-1]) or, past the longest measured, extended linearly from the
+    last two (a pass over more tokens than the cost model timed: a large tree)."""
+    if k <= len(target_pass_s):
+        return target_pass_s[k - 1]
+    last, step = target_pass_s[-1], (target_pass_s[-1] - target_pass_s[-2]) if len(target_pass_s) > 1 else 0.0
+    return last + max(step, 0.0) * (k - len(target_pass_s))
 
 
 def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float],

@@ -1,6 +1,9 @@
 """Speculative decoding, batch size 1: a proposer drafts gamma tokens, the target verifies them in one
 forward pass, `accept_reject` keeps a prefix, and both KV caches roll back to the last kept token.
 
+A proposer may instead return a token tree (decode/tree.py `TreeDraft`, greedy only); it then names its verifier
+(`make_verifier`), which scores every node in one pass, and the loop keeps the longest accepted branch.
+
 Target-only decoding runs through the same loop with a proposer that drafts nothing, so speedups compare
 like with like. Every step is logged (drafted, accepted, timings, target entropy at judged positions).
 """
@@ -16,6 +19,7 @@ from transformers import DynamicCache
 
 from decode.compiled import static_decoding
 from decode.sampling import accept_reject, greedy_accept, logits_to_probs, sample
+from decode.tree import TreeDraft, judge_tree
 
 
 @dataclass
@@ -30,12 +34,14 @@ class SamplingParams:
 
 @dataclass
 class StepLog:
-    drafted: int  # gamma used this step (0 for target-only)
+    drafted: int  # gamma used this step (0 for target-only); a tree's depth (its longest branch)
     accepted: int  # drafted tokens kept
     draft_s: float
     verify_s: float
     entropies: list[float] = field(default_factory=list)  # target entropy (nats, T=1) at each judged position
-    source: str = ""  # which proposer drafted this step, where a proposer says ("lookup" or "draft")
+    source: str = ""  # which proposer drafted this step, where a proposer says ("lookup", "draft", ...)
+    verified: int | None = None  # tokens the target's pass scored beyond the pending one (a tree's nodes; None = drafted)
+    draft_passes: int | None = None  # draft model passes this step (None = drafted)
 
 
 @dataclass
@@ -192,14 +198,15 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
              verifier: Verifier | None = None) -> Generation:
     """Speculative decoding of one prompt (target-only when proposer is NoProposer or gamma == 0).
 
-    `target` is the verifying model (wrapped in a ChainVerifier unless `verifier` is given)."""
+    `target` is the verifying model, wrapped in the proposer's `make_verifier` (tree proposers) or a ChainVerifier
+    unless `verifier` is given."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 1 for speculative decoding (0 for target-only), got {gamma}.")
     if max_new_tokens < 1 or not prompt:
         raise ValueError("generate needs a non-empty prompt and max_new_tokens >= 1.")
     params = params or SamplingParams()
     eos = eos_token_ids or set()
-    verifier = verifier or ChainVerifier(target)
+    verifier = verifier or getattr(proposer, "make_verifier", ChainVerifier)(target)
     t0 = time.perf_counter()
     verifier.start(prompt)
     proposer.start(prompt)
@@ -210,24 +217,29 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         g = max(0, min(gamma, max_new_tokens - (len(tokens) - len(prompt)) - 1))
         t1 = time.perf_counter()
         drafted, q = proposer.propose(tokens, g, params, generator)
-        g = len(drafted)
         t2 = time.perf_counter()
         logits = verifier.score(tokens, drafted)
-        if params.temperature == 0:  # one host transfer of gamma + 1 ids, no one-hot distributions
-            n, nxt = greedy_accept(drafted, logits.argmax(-1).tolist())
-        elif g:
-            p = params.probs(logits)
-            n, nxt = accept_reject(torch.tensor(drafted, device=p.device), q.to(p.device), p, generator)
+        if isinstance(drafted, TreeDraft):
+            accepted, nxt = judge_tree(drafted, logits, params.temperature)
+            g, n, size, judged_rows = drafted.depth, len(accepted), drafted.size, [0] + drafted.path
         else:
-            n, nxt = 0, int(sample(params.probs(logits), generator))
+            g = size = len(drafted)
+            if params.temperature == 0:  # one host transfer of gamma + 1 ids, no one-hot distributions
+                n, nxt = greedy_accept(drafted, logits.argmax(-1).tolist())
+            elif g:
+                p = params.probs(logits)
+                n, nxt = accept_reject(torch.tensor(drafted, device=p.device), q.to(p.device), p, generator)
+            else:
+                n, nxt = 0, int(sample(params.probs(logits), generator))
+            accepted, judged_rows = drafted[:n], list(range(n + 1))
         t3 = time.perf_counter()
         kept = len(tokens) + n
-        tokens += drafted[:n] + [nxt]
+        tokens += accepted + [nxt]
         verifier.rollback(kept)
         proposer.rollback(kept)
         judged = min(n + 1, g) if g else 0
-        steps.append(StepLog(g, n, t2 - t1, t3 - t2, _entropy(logits[:judged]) if record_entropy and judged else [],
-                             getattr(proposer, "last_source", "")))
+        entropies = _entropy(logits[judged_rows[:judged]]) if record_entropy and judged else []
+        steps.append(StepLog(g, n, t2 - t1, t3 - t2, entropies, getattr(proposer, "last_source", ""), size, g))
         if eos and any(t in eos for t in tokens[kept - n:]):
             break
     new = tokens[len(prompt):][:max_new_tokens]

@@ -9,15 +9,21 @@ node at position `past + depth`, gives every node exactly the logits a separate 
 (`greedy_tree_accept`), and the KV cache is compacted to that path (`TreeVerifier.keep_path`), as if only it had
 been fed.
 
-Pure functions first (property-tested in tests/test_tree.py); the model call is TreeVerifier.
+Pure functions first (property-tested in tests/test_tree.py); the model calls are `TreeProposer` (the draft model
+grows a tree, one draft pass per depth) and `TreeVerifier` (the target scores it in one pass). Both plug into the
+main loop of decode/speculative.py: a proposer that returns a `TreeDraft` brings its own verifier.
 
-Status: greedy only. `StaticTreeDrafter` (a draft model expanding a static tree, one draft pass per depth) and
-`generate_tree_greedy` decode with trees, output identical to the target's greedy output (tests/test_tree.py). Not
-built yet: lossless sampling over trees, dynamic trees, and trees as a proposer of the main loop and in
-eval/speculate.py (so no measured speedup yet).
+Tree shapes: static (k children per node at each depth, as Medusa's and SpecInfer's trees) or dynamic (EAGLE-2
+style: each depth keeps the `width` children with the highest path probability under the draft, wherever they
+are, so a sure branch grows deep and an unsure one wide).
+
+Greedy only: a tree is verified by following the target's argmax (`greedy_tree_accept`). Lossless sampling over
+several candidates (SpecInfer's multi-round rejection) is not built; asked to sample, the tree proposer refuses.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -128,114 +134,173 @@ def _tree_pass(model, cache, tokens: list[int], parents: list[int], past: int, r
     return out.logits[0].float()
 
 
+GREEDY_ONLY = ("token trees verify greedily only (lossless sampling over trees is not built): use temperature=0, or "
+               "a chain proposer (draft, heuristic, lookup, lookup+draft, router) to sample.")
+
+
+@dataclass
+class TreeDraft:
+    """What a tree proposer returns: node tokens (tokens[0] is the pending token, the root) and parents. The loop's
+    verification writes the accepted nodes into `path`; the verifier and the proposer compact their caches to it."""
+    tokens: list[int]
+    parents: list[int]
+    path: list[int] | None = None
+
+    @property
+    def depth(self) -> int:
+        """The longest branch: the most drafted tokens one step can accept."""
+        return max(depths(self.parents))
+
+    @property
+    def size(self) -> int:
+        """Drafted nodes (root excluded): the tokens the target's pass verifies beyond the pending one."""
+        return len(self.parents) - 1
+
+
+def judge_tree(tree: TreeDraft, logits: torch.Tensor, temperature: float) -> tuple[list[int], int]:
+    """Greedy verification of a scored tree: the accepted tokens (in path order) and the target's next token. Records
+    the accepted path in `tree.path`."""
+    if temperature > 0:
+        raise ValueError(GREEDY_ONLY)
+    path, nxt = greedy_tree_accept(tree.tokens, tree.parents, logits.argmax(-1).tolist())
+    tree.path = path
+    return [tree.tokens[i] for i in path], nxt
+
+
+def choose_children(scores: torch.Tensor, logp: torch.Tensor, per_node: int,
+                    width: int | None = None) -> list[tuple[int, int, float]]:
+    """The next level of a tree: (frontier row, token, path log-probability) for each new node. `scores` are the
+    frontier nodes' path log-probabilities, `logp` (rows, V) the draft's next-token log-probabilities after each.
+    Static (width None): each row's `per_node` most likely tokens. Dynamic: of those candidates, the `width` with the
+    highest path log-probability overall. Ordered by row, then by probability. Pure."""
+    top = logp.topk(min(per_node, logp.shape[-1]), dim=-1)
+    path = scores[:, None] + top.values
+    picks = [(r, j) for r in range(path.shape[0]) for j in range(path.shape[1])]
+    if width is not None and width < len(picks):
+        best = path.flatten().topk(width).indices.tolist()
+        picks = sorted((i // path.shape[1], i % path.shape[1]) for i in best)
+    return [(r, int(top.indices[r, j]), float(path[r, j])) for r, j in picks]
+
+
+def _chain_pass(model, cache, ids: list[int], keep: int) -> torch.Tensor:
+    out = model(input_ids=torch.tensor([ids], device=model.device), cache=cache, use_cache=True, logits_to_keep=keep)
+    return out.logits[0].float()
+
+
 class TreeVerifier:
-    """The target scores a whole tree in one pass over its KV cache (dynamic caches only), then keeps one path."""
+    """The target scores a whole tree in one pass over its KV cache (dynamic caches only), then keeps the accepted
+    path. Chains (lists, e.g. an empty draft at the end of the token budget) are scored as ChainVerifier does."""
 
     def __init__(self, target):
         self.model = target
-        self.cache = None
-        self.length = 0
-        self._tree_start = None
+        self.cache, self.length, self._tree, self._tree_start = None, 0, None, 0
 
     @torch.inference_mode()
     def start(self, prompt: list[int]) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        self.length = 0
+        self.cache, self.length, self._tree = DynamicCache(config=self.model.config), 0, None
         if len(prompt) > 1:  # the last prompt token stays pending: it is the root of the first tree
-            self.model(input_ids=torch.tensor([prompt[:-1]], device=self.model.device), cache=self.cache,
-                       use_cache=True, logits_to_keep=1)
+            _chain_pass(self.model, self.cache, prompt[:-1], 1)
             self.length = len(prompt) - 1
 
     @torch.inference_mode()
-    def score(self, tokens: list[int], parents: list[int]) -> torch.Tensor:
-        """Target logits after every node's path, shape (n+1, V), fp32; tokens[0] is the pending token."""
-        if len(tokens) != len(parents):
-            raise ValueError(f"a tree needs one token per node: {len(tokens)} tokens, {len(parents)} parents.")
-        logits = _tree_pass(self.model, self.cache, tokens, parents, self.length, slice(0, len(tokens)))
-        self._tree_start = self.length
-        self.length += len(tokens)
+    def score(self, tokens: list[int], drafted) -> torch.Tensor:
+        """Target logits after every node's path, shape (nodes + 1, V), fp32 (a chain: after each position)."""
+        if not isinstance(drafted, TreeDraft):
+            ids = tokens[self.length:] + list(drafted)
+            self.length += len(ids)
+            return _chain_pass(self.model, self.cache, ids, len(drafted) + 1)
+        if len(drafted.tokens) != len(drafted.parents) or drafted.tokens[0] != tokens[-1]:
+            raise ValueError("a tree needs one token per node, and its root must be the pending token.")
+        if len(tokens) - 1 > self.length:  # context not cached yet goes in first, as a chain
+            _chain_pass(self.model, self.cache, tokens[self.length:-1], 1)
+            self.length = len(tokens) - 1
+        logits = _tree_pass(self.model, self.cache, drafted.tokens, drafted.parents, self.length,
+                            slice(0, len(drafted.tokens)))
+        self._tree, self._tree_start = drafted, self.length
+        self.length += len(drafted.tokens)
         return logits
 
     @torch.inference_mode()
     def keep_path(self, path: list[int]) -> None:
         """After a tree pass: keep the cached context, the root and the accepted nodes (in path order)."""
-        if self._tree_start is None:
-            raise RuntimeError("keep_path follows a score() call.")
         start = self._tree_start
         keep = torch.tensor(list(range(start + 1)) + [start + i for i in path])
         compact_cache(self.cache, keep)
-        self.length = len(keep)
-        self._tree_start = None
+        self.length, self._tree = len(keep), None
+
+    @torch.inference_mode()
+    def rollback(self, keep: int) -> None:
+        if self._tree is not None:
+            if self._tree.path is None:
+                raise RuntimeError("a scored tree is rolled back after judge_tree() has chosen its path.")
+            self.keep_path(self._tree.path)
+        if self.length > keep:
+            self.cache.crop(keep - self.length)
+            self.length = keep
 
 
-class StaticTreeDrafter:
-    """A draft model expands a static tree greedily: at depth d every frontier node gets the draft's branching[d]
-    most likely next tokens as children. One draft pass per depth feeds that depth's nodes (tree mask over the
-    draft's own cache); after verification the draft's cache keeps the accepted path, like the target's."""
+class TreeProposer:
+    """A draft model grows a token tree greedily from the pending token, one draft pass per depth (that depth's
+    nodes, under a tree mask over the draft's own cache); after verification its cache keeps the accepted path,
+    like the target's. Static: `branching` (children per node at each depth). Dynamic: `depth` levels of at most
+    `width` nodes, the most probable paths among each frontier node's `top_k` children (`choose_children`).
+    The loop's gamma caps the depth (it shrinks at the end of the token budget)."""
 
-    def __init__(self, draft, branching: list[int]):
+    make_verifier = TreeVerifier  # the loop verifies this proposer's trees with a TreeVerifier
+
+    def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
+                 top_k: int = 4):
+        if branching is not None:
+            static_tree(branching)  # validates
+            self.levels = [(int(k), None) for k in branching]
+        else:
+            if not depth or not width or depth < 1 or width < 1 or top_k < 1:
+                raise ValueError(f"a dynamic tree needs depth >= 1, width >= 1 and top_k >= 1, got depth={depth}, "
+                                 f"width={width}, top_k={top_k}.")
+            self.levels = [(int(top_k), int(width))] * int(depth)
         self.model = draft
-        self.parents = static_tree(branching)
-        self.branching = [int(k) for k in branching]
-        self.cache, self.length, self._start, self._fed = None, 0, None, 0
+        self.cache, self.length, self._last, self._start, self._fed = None, 0, None, 0, 0
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
 
     @torch.inference_mode()
     def start(self, prompt: list[int]) -> None:
-        self.cache, self.length = DynamicCache(config=self.model.config), 0
+        self.cache, self.length, self._last = DynamicCache(config=self.model.config), 0, None
 
     @torch.inference_mode()
-    def propose(self, tokens: list[int]) -> tuple[list[int], list[int]]:
-        """The tree's tokens (node 0 is tokens[-1], the pending token) and parents."""
+    def propose(self, tokens, gamma, params, generator):
+        if params.temperature > 0:
+            raise ValueError(GREEDY_ONLY)
+        levels = self.levels[:gamma]
+        if not levels:
+            return [], torch.empty(0)
         if len(tokens) - 1 > self.length:  # context the draft has not cached yet (the last step's bonus token...)
-            self.model(input_ids=torch.tensor([tokens[self.length:-1]], device=self.model.device), cache=self.cache,
-                       use_cache=True, logits_to_keep=1)
+            _chain_pass(self.model, self.cache, tokens[self.length:-1], 1)
             self.length = len(tokens) - 1
-        tree, fed, frontier = [tokens[-1]], 0, [0]
-        self._start = self.length
-        for k in self.branching:
-            logits = _tree_pass(self.model, self.cache, tree + [0] * (len(self.parents) - len(tree)), self.parents,
-                                self.length, slice(fed, fed + len(frontier)))
-            fed += len(frontier)
-            nxt = []
-            for row in logits:
-                nxt_tokens = row.topk(k).indices.tolist()
-                tree += nxt_tokens
-                nxt += list(range(len(tree) - k, len(tree)))
-            frontier = nxt
-        self._fed = fed
-        return tree, list(self.parents)
+        nodes, parents, scores, fed = [tokens[-1]], [-1], torch.zeros(1), 0
+        for per_node, width in levels:  # the frontier is always the last nodes added: rows fed.. of the tree
+            rows = slice(fed, len(nodes))
+            logits = _tree_pass(self.model, self.cache, nodes, parents, self.length, rows)
+            picks = choose_children(scores, torch.log_softmax(logits, -1), per_node, width)
+            fed = rows.stop
+            parents += [fed - len(scores) + r for r, _, _ in picks]
+            nodes += [t for _, t, _ in picks]
+            scores = torch.tensor([s for _, _, s in picks])
+        self._start, self._fed = self.length, fed
+        self.length += fed
+        self._last = TreeDraft(nodes, parents)
+        return self._last, torch.empty(0)
 
     @torch.inference_mode()
-    def keep_path(self, path: list[int]) -> None:
+    def rollback(self, keep: int) -> None:
         """Keep the cached context, the root and the accepted nodes the draft fed (the deepest level never is)."""
-        start = self._start
-        kept = [i for i in path if i < self._fed]
-        compact_cache(self.cache, torch.tensor(list(range(start + 1)) + [start + i for i in kept]))
-        self.length = start + 1 + len(kept)
-
-
-def generate_tree_greedy(target, drafter: StaticTreeDrafter, prompt: list[int], max_new_tokens: int,
-                         eos_token_ids: set[int] | None = None) -> tuple[list[int], list[int]]:
-    """Greedy speculative decoding with token trees: returns the new tokens (the target's own greedy output) and the
-    number of tokens accepted per step (bonus token excluded)."""
-    eos = eos_token_ids or set()
-    verifier = TreeVerifier(target)
-    verifier.start(prompt)
-    drafter.start(prompt)
-    tokens, accepted = list(prompt), []
-    while len(tokens) - len(prompt) < max_new_tokens:
-        tree, parents = drafter.propose(tokens)
-        logits = verifier.score(tree, parents)
-        path, nxt = greedy_tree_accept(tree, parents, logits.argmax(-1).tolist())
-        verifier.keep_path(path)
-        drafter.keep_path(path)
-        new = [tree[i] for i in path] + [nxt]
-        tokens += new
-        accepted.append(len(path))
-        if any(t in eos for t in new):
-            break
-    out = tokens[len(prompt):][:max_new_tokens]
-    for i, t in enumerate(out):
-        if t in eos:
-            return out[: i + 1], accepted
-    return out, accepted
+        if self._last is not None and self._last.path is not None:
+            kept = [i for i in self._last.path if i < self._fed]
+            compact_cache(self.cache, torch.tensor(list(range(self._start + 1)) + [self._start + i for i in kept]))
+            self.length = self._start + 1 + len(kept)
+        self._last = None
+        if self.length > keep:
+            self.cache.crop(keep - self.length)
+            self.length = keep

@@ -118,6 +118,44 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     return written
 
 
+def policy_label(r: dict) -> str:
+    """A record's decoding policy in a few words: who drafts, how, at what gamma."""
+    kind = r.get("proposer", "draft")
+    who = "" if kind in ("lookup", "router", "transformers lookup") else short(r["draft"]) + " "
+    gamma = r.get("gamma_setting", r["gamma"])
+    stop = f",stop<{r['confidence_threshold']:g}" if r.get("confidence_threshold") else ""
+    return f"{who}{kind} γ={gamma}{stop}"
+
+
+def policy_plot(records: list[dict], out: Path) -> Path:
+    """Speedup over target-only with its interval, one bar per decoding policy, one panel per (domain, T): which
+    policy to deploy for this draft on this machine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys((r["domain"], r["temperature"]) for r in records))
+    height = max(2.5, 0.32 * max(sum((r["domain"], r["temperature"]) == p for r in records) for p in panels) + 1)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), height), squeeze=False)
+    for ax, (domain, temp) in zip(axes[0], panels):
+        rows = [r for r in records if (r["domain"], r["temperature"]) == (domain, temp)]
+        rows.sort(key=lambda r: r["speedup"])
+        ys = range(len(rows))
+        lo = [r["speedup"] - r.get("speedup_ci", [r["speedup"]] * 2)[0] for r in rows]
+        hi = [r.get("speedup_ci", [r["speedup"]] * 2)[1] - r["speedup"] for r in rows]
+        ax.barh(ys, [r["speedup"] for r in rows], xerr=[lo, hi], color=[
+            "C7" if str(r.get("proposer")).startswith("transformers") else "C0" for r in rows], alpha=0.8)
+        ax.set_yticks(list(ys), [policy_label(r) for r in rows], fontsize=7)
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.set(xlabel="speedup vs target-only (bars: interval across prompts)", title=f"{domain}, T={temp:g}")
+    fig.tight_layout()
+    path = out / "policies.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def grid_progress():
     """The progress bar of an evaluation grid: what runs now, done / total, time spent and time left."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
@@ -161,8 +199,11 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
     files["markdown"].write_text(f"# Speculative decoding results\n\nConditions: {conds}\n\n"
                                  "tau counts the bonus/correction token (+1 included).\n\n" + markdown_table(records) + "\n")
     ours = [r for r in records if not str(r.get("proposer", "")).startswith("transformers")]  # baselines: table only
-    for i, path in enumerate(plots(ours, out)):
+    chains = [r for r in ours if r.get("proposer", "draft") == "draft"]  # the per-gamma plots: one draft's chains
+    for i, path in enumerate(plots(chains, out) if chains else []):
         files[f"plot{i}"] = path
+    if len({r.get("proposer", "draft") for r in records}) > 1:
+        files["policies"] = policy_plot(records, out)
     if conditions.get("costs") and ours:
         files["cost_model"] = cost_model_plot(ours, conditions["costs"], out)
     (out / PARTIAL).unlink(missing_ok=True)

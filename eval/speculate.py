@@ -7,6 +7,7 @@
     python eval/speculate.py drafts=[...] compile=true   # static KV caches + torch.compile (CUDA graphs on GPUs)
     python eval/speculate.py drafts=[...] draft_vocab=null  # the draft's full LM head (default on CPU: first 8192 ids)
     python eval/speculate.py drafts=[...] gamma=[4] confidence_threshold=[0,0.4,0.7]  # stop drafting when unsure
+    python eval/speculate.py drafts=[...] proposers=[draft,lookup,lookup+draft,heuristic,tree,dynamic_tree,router]
 
 Measures the `test` prompts of each domain (data/prompts.py; choices such as gamma=auto read `tune` only), with
 target-only decoding and every setting taking turns prompt by prompt (eval/timing.py). Writes results.json (one
@@ -36,7 +37,9 @@ from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokeniz
 from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
                             replayed_speedup, theoretical_speedup)
 from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
+from decode.router import Option, RouterProposer
 from decode.schedule import HeuristicGammaProposer
+from decode.tree import TreeProposer, static_tree
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci
 from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, hf_assisted, hf_lookup
@@ -90,8 +93,11 @@ def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: 
         return float("nan"), float("nan")
     if threshold > 0 or proposer != "draft":
         flat = [1.0] * len(costs["target_pass_s"])
-        return (replayed_speedup(steps, costs["cost_ratio_c"], flat),
-                replayed_speedup(steps, costs["draft_step_s"], costs["target_pass_s"]))
+        c, step_s = costs["cost_ratio_c"], costs["draft_step_s"]
+        if proposer == "router":  # each step priced by the proposer that drafted it
+            c = {k: v / costs["target_pass_s"][0] for k, v in costs["router_step_s"].items()}
+            step_s = costs["router_step_s"]
+        return (replayed_speedup(steps, c, flat), replayed_speedup(steps, step_s, costs["target_pass_s"]))
     return (theoretical_speedup(alpha, gamma, costs["cost_ratio_c"]),
             hardware_speedup(alpha, gamma, costs["draft_step_s"], costs["target_pass_s"]))
 
@@ -160,7 +166,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     on the `split` prompts (eval/timing.py); gamma=auto chooses on the tune prompts first. The cost model is
     measured once per draft (into conditions["costs"])."""
     records = []
-    arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers))
+    arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers),
+                         tree_depths(cfg), int(cfg.router.max_gamma))
     with grid_progress() as progress:  # one tick per prompt decoded by every setting
         task = progress.add_task("decoding", total=len(cfg.domains) * len(cfg.temperature) * cfg.repeats
                                  * cfg.n_prompts)
@@ -188,7 +195,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                         tune = tune or tune_set(cfg, tokenizer, target, domain, eos)
                         gamma, threshold, label, predicted = choose_auto(cfg, target, draft, tune, params, eos, costs)
                     settings.append(((kind, name), gamma, threshold, label, predicted,
-                                     make_proposer(kind, draft, threshold, target, cfg)))
+                                     make_proposer(kind, draft, threshold, target, cfg, drafts, conditions["costs"])))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
                 timing += [Arm(("hf", k), None, 0, run=run) for k, (_, _, run) in enumerate(baselines)]
@@ -199,13 +206,15 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
                 for j, ((kind, name), gamma, threshold, label, predicted, _) in enumerate(settings):
                     costs = conditions["costs"][name or next(iter(drafts))]
-                    rec = make_record(name or LOOKUP, domain, gamma, label, float(temperature), len(prompts), runs[j],
+                    if kind == ROUTER:
+                        costs = {**costs, "router_step_s": router_step_s(drafts, conditions["costs"])}
+                    rec = make_record(name or (ROUTER if kind == ROUTER else LOOKUP), domain, gamma, label, float(temperature), len(prompts), runs[j],
                                       base, costs, threshold, float(cfg.ci_level), kind)
                     rec["split"] = cfg.split if not cfg.prompts_file else f"{cfg.split} ({cfg.prompts_file})"
                     if predicted is not None:  # what gamma=auto expected of its choice (on tune prompts)
                         rec["auto_expected_speedup"] = predicted
                     records.append(rec)
-                    who = LOOKUP if name is None else short(name) + ("" if kind == "draft" else f" ({kind})")
+                    who = rec["draft"] if name is None else short(name) + ("" if kind == "draft" else f" ({kind})")
                     setting = label if str(label).startswith("auto") else (
                         f"{gamma}" + (f",stop<{threshold:g}" if threshold else ""))
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx [%.2f, %.2f] (cost model %.2fx)",
@@ -230,31 +239,72 @@ def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos) -> dict:
 
 
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
-PROPOSERS = ("draft", "heuristic", "lookup", "lookup+draft")
+ROUTER = "router"  # the record name of the router over prompt lookup and every draft
+TREES = ("tree", "dynamic_tree")
+PROPOSERS = ("draft", "heuristic", "lookup", "lookup+draft", *TREES, "router")
 
 
-def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str]) -> list[tuple]:
+def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str], tree_depths: dict | None = None,
+                  router_gamma: int = 0) -> list[tuple]:
     """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature):
-    prompt lookup alone once per fixed gamma (it needs no draft), then each draft with each other kind. gamma=auto
-    and confidence thresholds apply to a draft model's own drafts only."""
+    prompt lookup alone once per fixed gamma (it needs no draft), then each draft with each other kind (a tree once,
+    its depth as gamma), then the router once (over lookup and every draft). gamma=auto and confidence thresholds
+    apply to a draft model's own drafts only."""
     arms = []
     if "lookup" in proposers:
         arms += [("lookup", None, g, 0.0) for g in dict.fromkeys(g for g, _ in settings if g != "auto")]
     for name in drafts:
-        for kind in (k for k in proposers if k != "lookup"):
-            arms += [(kind, name, g, th) for g, th in settings if kind == "draft" or g != "auto"]
+        for kind in (k for k in proposers if k not in ("lookup", ROUTER)):
+            if kind in TREES:
+                arms.append((kind, name, (tree_depths or {})[kind], 0.0))
+            else:
+                arms += [(kind, name, g, th) for g, th in settings if kind == "draft" or g != "auto"]
+    if ROUTER in proposers:
+        arms.append((ROUTER, None, router_gamma, 0.0))
     return arms
 
 
-def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig):
+def tree_depths(cfg: DictConfig) -> dict:
+    return {"tree": len(cfg.tree.branching), "dynamic_tree": int(cfg.tree.depth)}
+
+
+def tree_rows(cfg: DictConfig) -> int:
+    """The most tokens a tree asked for puts in one target pass beyond the pending one (0 without trees)."""
+    sizes = [0]
+    if "tree" in cfg.proposers:
+        sizes.append(len(static_tree(list(cfg.tree.branching))) - 1)
+    if "dynamic_tree" in cfg.proposers:
+        sizes.append(min(int(cfg.tree.top_k), int(cfg.tree.width)) + int(cfg.tree.width) * (int(cfg.tree.depth) - 1))
+    return max(sizes)
+
+
+def router_step_s(drafts: dict, costs: dict) -> dict:
+    """Each router option's draft pass time, by the source name its steps record."""
+    return {"lookup": 0.0, **{name: costs[name]["draft_step_s"] for name in drafts}}
+
+
+def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, drafts: dict | None = None,
+                  costs: dict | None = None):
     """The proposer of one arm: the draft model; the draft model with transformers' heuristic schedule (gamma is the
-    ceiling); prompt lookup; or lookup with the draft model where none matches."""
+    ceiling); prompt lookup; lookup with the draft model where none matches; a static or dynamic token tree; or the
+    router over prompt lookup and every draft (`drafts`, priced by their measured `costs`)."""
     if kind == "draft":
         return DraftModelProposer(draft, threshold)
     if kind == "heuristic":
         return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
+    if kind == "tree":
+        return TreeProposer(draft, branching=list(cfg.tree.branching))
+    if kind == "dynamic_tree":
+        return TreeProposer(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))
     vocab = target.get_output_embeddings().weight.shape[0]
     lookup = PromptLookupProposer(vocab, int(cfg.lookup.min_n), int(cfg.lookup.max_n), target.device)
+    if kind == ROUTER:
+        r, gammas = cfg.router, list(range(1, int(cfg.router.max_gamma) + 1))
+        step_s = router_step_s(drafts, costs)
+        options = [Option("lookup", lookup, 0.0, gammas)] if r.lookup else []
+        options += [Option(name, DraftModelProposer(d), step_s[name], gammas) for name, d in drafts.items()]
+        return RouterProposer(options, costs[next(iter(drafts))]["target_pass_s"], float(r.memory),
+                              probe_every=int(r.probe_every))
     return lookup if kind == "lookup" else LookupThenDraftProposer(lookup, DraftModelProposer(draft, threshold))
 
 
@@ -333,6 +383,21 @@ def check_eval_config(cfg: DictConfig) -> None:
     tg = cfg.get("transformers_gamma")
     if tg is not None and (not isinstance(tg, int) or tg < 1):
         raise ValueError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
+    if any(k in TREES for k in cfg.proposers):
+        if any(t > 0 for t in cfg.temperature):
+            raise ValueError("proposers tree and dynamic_tree verify greedily only (lossless sampling over trees is not "
+                             "built): run them with temperature=[0], and sampled temperatures in a separate run.")
+        if cfg.compile:
+            raise ValueError("token trees decode with dynamic KV caches: compile=false with proposers tree or "
+                             "dynamic_tree.")
+        static_tree(list(cfg.tree.branching))
+        if min(int(cfg.tree.depth), int(cfg.tree.width), int(cfg.tree.top_k)) < 1:
+            raise ValueError(f"tree.depth, tree.width and tree.top_k must be >= 1, got {cfg.tree.depth}, "
+                             f"{cfg.tree.width}, {cfg.tree.top_k}.")
+    if ROUTER in cfg.proposers and (int(cfg.router.max_gamma) < 1 or not 0 < float(cfg.router.memory) <= 1
+                                    or int(cfg.router.probe_every) < 0):
+        raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1 and probe_every >= 0, got "
+                         f"{OmegaConf.to_container(cfg.router)}.")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
         raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
@@ -357,6 +422,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     # every pass shape compiles first, so it spans the gammas asked for (and max_auto_gamma with gamma=auto).
     asked = [g for g in gammas if g != "auto"] + ([cfg.max_auto_gamma] if "auto" in gammas else [])
     max_gamma = max(asked) if cfg.compile else max(asked + [cfg.max_auto_gamma])
+    if ROUTER in cfg.proposers:
+        max_gamma = max(max_gamma, int(cfg.router.max_gamma))
+    rows = max(max_gamma, tree_rows(cfg))  # the most tokens beyond the pending one in a target pass (trees: nodes)
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
                   "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
                   "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
@@ -371,14 +439,15 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                          cfg.max_new_tokens, max_gamma) if cfg.compile else None  # static caches sized to the run
     conditions["compile"] = {"enabled": bool(cfg.compile), "max_len": max_len,
                              "mode": compile_mode(target.device) if cfg.compile else None}
-    with fast_cpu_linears(models, max_gamma + 1, cfg.cpu_matmul) as plans, \
+    with fast_cpu_linears(models, rows + 1, cfg.cpu_matmul) as plans, \
             compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
         with partial_on_error(Path(cfg.out)):
-            records = measure_all(cfg, tokenizer, target, drafts, gammas, max_gamma, eos, conditions, hf_drafts)
+            records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
     ours = [r for r in records if is_ours(r)]  # the verdicts judge our decoder; transformers' rows are baselines
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
-    best = best_gamma(max((r["alpha"] for r in ours), default=0.0), costs["draft_step_s"], costs["target_pass_s"])
+    best = best_gamma(max((r["alpha"] for r in ours), default=0.0), costs["draft_step_s"],
+                      costs["target_pass_s"][: max_gamma + 1])
     fastest = max(ours, key=lambda r: r["speedup"])
     conditions["best_measured_speedup"] = fastest["speedup"]
     conditions["best_measured_speedup_ci"] = fastest["speedup_ci"]

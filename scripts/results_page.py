@@ -87,7 +87,9 @@ def row_label(r: dict, labels: dict) -> str:
     return draft_label(r["draft"], labels) + {"lookup+draft": ", prompt lookup first",
                                               "heuristic": ", heuristic γ schedule",
                                               "transformers assisted": ", transformers assisted generation",
-                                              "lookup": ""}.get(kind, "")
+                                              "tree": ", static token tree",
+                                              "dynamic_tree": ", dynamic token tree",
+                                              "lookup": "", "router": ""}.get(kind, "")
 
 
 def acceptance_table(data: dict, labels: dict) -> list[str]:

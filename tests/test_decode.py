@@ -137,7 +137,7 @@ def test_top_k_and_top_p_filtering():
     assert logits_to_probs(logits, 0.0).tolist() == [1, 0, 0, 0]
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, None), (1.3, 0.9)])
+@pytest.mark.parametrize("temperature,top_p", [pytest.param(1.0, None, marks=pytest.mark.integration), (1.3, 0.9)])
 def test_sampled_tokens_follow_the_target_distribution(temperature, top_p):
     """Emitted first token of a chain of gamma=3 drafts, over 10k draws: law equals the target's (TV <= 0.025, noise
     alone ~0.01), where the draft's own law is far from it."""

@@ -100,7 +100,7 @@ class Recording(DraftModelProposer):
         return drafted, q
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, None), (0.7, 0.9)])
+@pytest.mark.parametrize("temperature,top_p", [pytest.param(1.0, None, marks=pytest.mark.integration), (0.7, 0.9)])
 def test_sampling_with_a_cut_head_follows_the_target_distribution(temperature, top_p):
     """q is zero outside the kept ids (their logits are -inf): the emitted token's law is still the target's."""
     vocab, draws, gamma = 8, 10_000, 2

@@ -296,11 +296,27 @@ def test_prompt_lookup_alone_and_before_the_draft(tmp_path, tiny_target_dir, tin
     assert "lookup" in (tmp_path / "eval" / "results.md").read_text()
 
 
+def test_trees_and_the_router_are_arms_of_the_same_run(tmp_path, tiny_target_dir, tiny_draft_dir):
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
+                                "proposers=[draft,tree,dynamic_tree,router]", "tree.branching=[2,1]",
+                                "tree.depth=3", "tree.width=2", "router.max_gamma=3"))
+    by = {r["proposer"]: r for r in records}
+    assert set(by) == {"draft", "tree", "dynamic_tree", "router"} and by["router"]["draft"] == "router"
+    assert by["tree"]["gamma"] == 2 and by["dynamic_tree"]["gamma"] == 3
+    assert all(r["greedy_identical"] is True for r in records)
+    assert all(math.isfinite(r["hardware_expected_speedup"]) for r in records)
+    assert 0 < by["tree"]["mean_drafted"] <= 2  # a tree's drafted length is its depth
+
+
 @pytest.mark.parametrize("extra,match", [("proposers=[beam]", "proposers must be"),
                                          ("lookup.min_n=0", "min_n <= max_n"),
+                                         ("proposers=[tree] temperature=[0,1.0]", "greedily only"),
+                                         ("proposers=[dynamic_tree] compile=true", "dynamic KV caches"),
+                                         ("proposers=[router] router.memory=0", "router needs"),
                                          ("proposers=[lookup]", "gamma=auto")])
 def test_bad_proposer_settings_fail_before_loading(tmp_path, extra, match):
-    cfg = eval_cfg(tmp_path, "no-such-target", ["no-such-draft"], extra, "gamma=[auto]" if "[lookup]" in extra else "gamma=[1]")
+    cfg = eval_cfg(tmp_path, "no-such-target", ["no-such-draft"], *extra.split(),
+                   "gamma=[auto]" if "[lookup]" in extra else "gamma=[1]")
     with pytest.raises(ValueError, match=match):
         evaluate(cfg)
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from conftest import make_model
-from decode.tree import (TreeVerifier, depths, greedy_tree_accept, path_to, static_tree, tree_mask,
-                         tree_positions)
+from decode.speculative import SamplingParams, generate
+from decode.tree import (GREEDY_ONLY, TreeDraft, TreeProposer, TreeVerifier, choose_children, depths,
+                         greedy_tree_accept, path_to, static_tree, tree_mask, tree_positions)
 
 
 def random_parents(n: int, rng: random.Random) -> list[int]:
@@ -64,7 +65,7 @@ def test_one_tree_pass_gives_each_branch_its_own_logits_and_compaction_equals_a_
     tokens = [prompt[-1]] + [rng.randrange(3, 64) for _ in parents[1:]]
     verifier = TreeVerifier(model)
     verifier.start(prompt)
-    logits = verifier.score(tokens, parents)
+    logits = verifier.score(prompt, TreeDraft(tokens, parents))
     for i in range(len(parents)):
         branch = prompt[:-1] + [tokens[j] for j in path_to(parents, i)]
         assert torch.allclose(logits[i], _last_logits(model, branch), atol=1e-4), i
@@ -74,22 +75,72 @@ def test_one_tree_pass_gives_each_branch_its_own_logits_and_compaction_equals_a_
     assert verifier.length == len(kept) and verifier.cache.get_seq_length() == len(kept)
     # the next tree (a chain of two) on the compacted cache equals fresh passes over the kept tokens
     nxt = [rng.randrange(3, 64), rng.randrange(3, 64)]
-    again = verifier.score([nxt[0], nxt[1]], [-1, 0])
+    again = verifier.score(kept + nxt[:1], TreeDraft([nxt[0], nxt[1]], [-1, 0]))
     assert torch.allclose(again[0], _last_logits(model, kept + nxt[:1]), atol=1e-4)
     assert torch.allclose(again[1], _last_logits(model, kept + nxt), atol=1e-4)
 
 
-@pytest.mark.parametrize("branching", [[2, 2], [3, 1, 2]])
-def test_greedy_tree_decoding_reproduces_the_targets_greedy_output(branching):
-    """Static trees drafted by a draft model, verified in one target pass each: output identical to the target's own
-    greedy generate(); every step accepts at most the tree's depth."""
-    from decode.tree import StaticTreeDrafter, generate_tree_greedy
+def test_choose_children_static_and_dynamic():
+    logp = torch.log(torch.tensor([[0.6, 0.3, 0.1, 0.0], [0.15, 0.1, 0.05, 0.7]]))
+    scores = torch.log(torch.tensor([0.9, 0.1]))
+    static = choose_children(scores, logp, 2)
+    assert [(r, t) for r, t, _ in static] == [(0, 0), (0, 1), (1, 3), (1, 0)]  # two per node, most likely first
+    assert static[0][2] == pytest.approx(float(torch.log(torch.tensor(0.9 * 0.6))))
+    dynamic = choose_children(scores, logp, 2, width=3)  # path probabilities .54 .27 .07 .015: the sure node's two win
+    assert [(r, t) for r, t, _ in dynamic] == [(0, 0), (0, 1), (1, 3)]
 
+
+def _reference(target, prompt, n):
+    with torch.no_grad():
+        return target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                               do_sample=False, max_new_tokens=n, pad_token_id=0)[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("shape", [{"branching": [2, 2]}, {"branching": [3, 1, 2]},
+                                   {"depth": 4, "width": 3, "top_k": 3}])
+def test_tree_decoding_through_the_main_loop_is_the_targets_greedy_output(shape):
+    """Static and dynamic trees drafted by a draft model, verified in one target pass each by the main loop: output
+    identical to the target's own greedy generate(); each step accepts at most the tree's depth, and the step log
+    prices the tree (nodes verified, one draft pass per depth)."""
     target, draft = make_model(64, layers=2, seed=11, init=0.3), make_model(64, layers=1, seed=12, init=0.3)
     for prompt in ([5, 9, 14, 3, 22], [40, 41]):
-        with torch.no_grad():
-            ref = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                  do_sample=False, max_new_tokens=12, pad_token_id=0)[0, len(prompt):].tolist()
-        out, accepted = generate_tree_greedy(target, StaticTreeDrafter(draft, branching), prompt, 12)
-        assert out == ref
-        assert all(0 <= a <= len(branching) for a in accepted) and sum(accepted) + len(accepted) >= len(out)
+        proposer = TreeProposer(draft, **shape)
+        gen = generate(target, proposer, prompt, proposer.depth, 12)
+        assert gen.tokens == _reference(target, prompt, 12)
+        depth = proposer.depth
+        assert all(0 <= s.accepted <= s.drafted <= depth for s in gen.steps)
+        assert sum(s.accepted + 1 for s in gen.steps) >= len(gen.tokens)
+        full = [s for s in gen.steps if s.drafted == depth]
+        assert full and all(s.draft_passes == depth and s.verified >= depth for s in full)
+        if "width" in shape:
+            assert all(s.verified <= shape["width"] * depth for s in full)
+        else:
+            assert all(s.verified == len(static_tree(shape["branching"])) - 1 for s in full)
+
+
+def test_a_draft_equal_to_the_target_accepts_the_whole_depth():
+    target = make_model(64, layers=2, seed=11, init=0.3)
+    gen = generate(target, TreeProposer(target, branching=[2, 1, 1]), [5, 9, 14], 3, 16)
+    assert gen.tokens == _reference(target, [5, 9, 14], 16)
+    assert all(s.accepted == s.drafted for s in gen.steps)
+
+
+def test_trees_refuse_to_sample():
+    target, draft = make_model(64, layers=2, seed=11, init=0.3), make_model(64, layers=1, seed=12, init=0.3)
+    with pytest.raises(ValueError, match="greedily only"):
+        generate(target, TreeProposer(draft, branching=[2]), [5, 9], 1, 4, SamplingParams(1.0))
+    assert "temperature=0" in GREEDY_ONLY
+    with pytest.raises(ValueError, match="dynamic tree"):
+        TreeProposer(draft, depth=3, width=0)
+
+
+def test_replayed_cost_of_a_tree_step():
+    from decode.metrics import pass_seconds, replayed_speedup
+    from decode.speculative import StepLog
+
+    passes = [1.0, 1.1, 1.2]
+    assert pass_seconds(passes, 5) == pytest.approx(1.4)  # extended linearly past the measured passes
+    tree = StepLog(3, 2, 0, 0, verified=6, draft_passes=3)  # 3 tokens out; 3 draft passes + a 7-token pass
+    assert replayed_speedup([tree], 0.1, passes) == pytest.approx(3 * 1.0 / (3 * 0.1 + 1.6))
+    chain = StepLog(2, 2, 0, 0)
+    assert replayed_speedup([chain], 0.1, passes) == pytest.approx(3 / (0.2 + 1.2))

@@ -1,0 +1,127 @@
+"""Several proposers, one chosen each step by the cost model, or none at all (auto-off).
+
+Each option is a proposer (prompt lookup, a cheap draft, a larger one, a token tree...) with the time of one of its
+draft passes. Before every step the router estimates, for each option and each draft length it may use, the tokens
+per second that step would yield: E[tokens | alpha, gamma] * (one target step) / (gamma draft passes + a
+(gamma+1)-token target pass), alpha being that option's recent acceptance. It runs the best option at its best
+gamma (so gamma is predicted per step from recent acceptance), or drafts nothing when no option is expected to beat
+a plain target step: a draft that does not pay costs little more than its occasional probes. An option that finds
+nothing to propose (lookup without a match) hands the step to the next best.
+
+- Recent acceptance: accepted and judged tokens per option, discounted by `memory` at each step that option drafts,
+  plus a prior of `prior_weight` judged tokens at `prior_alpha` (optimistic, so each option gets tried).
+- Draft pass times: the given ones, then updated from the router's own timing of each proposal, so a draft that
+  turns out slower than measured (a loaded machine, a larger context) loses its steps.
+- Probes: an option not run for `probe_every` steps drafts one token, so acceptance that changes with the context
+  (code copied from the prompt, boilerplate) is noticed again.
+
+Lossless: the choice uses only earlier steps, before the target sees this step's drafts; each option's proposal
+carries its own distribution q (greedy output stays the target's; sampling stays exactly the target's law, as for
+each option alone). Tree options only verify greedily (decode/tree.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from decode.metrics import expected_tokens_per_step, pass_seconds
+from decode.tree import TreeDraft, TreeVerifier
+
+
+@dataclass
+class Option:
+    name: str  # recorded as the step's source ("lookup" marks drafting that costs no model pass)
+    proposer: object
+    step_s: float  # one draft pass, seconds (0 for prompt lookup)
+    gammas: list[int]  # draft lengths the router may give it (a tree: its depth)
+    verified: int | None = None  # a tree: tokens its target pass scores beyond the pending one (None: gamma)
+
+
+def step_rate(alpha: float, gamma: int, step_s: float, target_pass_s: list[float], verified: int | None = None) -> float:
+    """Expected tokens per second of one step relative to target-only decoding (1.0 = a plain target step). Pure."""
+    cost = gamma * step_s + pass_seconds(target_pass_s, (gamma if verified is None else verified) + 1)
+    return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / cost
+
+
+class RouterProposer:
+    """Chooses one of `options` (or no draft) each step; see the module docstring. `target_pass_s[k-1]` is the time
+    of a k-token target pass (decode/costs.py)."""
+
+    def __init__(self, options: list[Option], target_pass_s: list[float], memory: float = 0.9,
+                 prior_alpha: float = 0.6, prior_weight: float = 2.0, probe_every: int = 16, min_gain: float = 1.0):
+        if not options:
+            raise ValueError("the router needs at least one option (a draft model or prompt lookup).")
+        if not 0 < memory <= 1 or not 0 < prior_alpha < 1 or prior_weight <= 0 or probe_every < 0:
+            raise ValueError(f"router needs 0 < memory <= 1, 0 < prior_alpha < 1, prior_weight > 0 and probe_every "
+                             f">= 0 (0 = never probe); got memory={memory}, prior_alpha={prior_alpha}, "
+                             f"prior_weight={prior_weight}, probe_every={probe_every}.")
+        if any(not o.gammas or min(o.gammas) < 1 for o in options):
+            raise ValueError("every router option needs draft lengths >= 1.")
+        self.options, self.passes = options, list(target_pass_s)
+        self.memory, self.prior, self.probe_every, self.min_gain = memory, (prior_alpha, prior_weight), probe_every, \
+            min_gain
+        self.step_s = {o.name: float(o.step_s) for o in options}
+        if any(isinstance(getattr(o.proposer, "make_verifier", None), type) for o in options):
+            self.make_verifier = TreeVerifier  # it scores chains as well as trees
+        self.last_source = ""
+        self.counts = {o.name: [0.0, 0.0] for o in options}  # discounted accepted, judged
+        self.idle = {o.name: 0 for o in options}
+        self._pending, self._before = None, 0
+
+    def alpha(self, name: str) -> float:
+        accepted, judged = self.counts[name]
+        a0, w = self.prior
+        return (accepted + a0 * w) / (judged + w)
+
+    def plan(self, gamma: int) -> list[tuple[float, Option, int]]:
+        """(expected rate, option, gamma) from best to worst, down to the first that does not beat target-only."""
+        ranked = []
+        for o in self.options:
+            for g in (x for x in o.gammas if x <= gamma):
+                ranked.append((step_rate(self.alpha(o.name), g, self.step_s[o.name], self.passes, o.verified), o, g))
+        ranked.sort(key=lambda r: -r[0])
+        return [r for r in ranked if r[0] > self.min_gain]
+
+    def start(self, prompt):
+        for o in self.options:
+            o.proposer.start(prompt)
+        self._pending = None  # acceptance and timings carry over from prompt to prompt: same pair, same machine
+
+    def propose(self, tokens, gamma, params, generator):
+        self._pending, self.last_source, self._before = None, "none", len(tokens)
+        if gamma < 1:
+            return [], torch.empty(0)
+        plan = self.plan(gamma)
+        probe = next((o for o in self.options if self.probe_every and self.idle[o.name] >= self.probe_every), None)
+        if probe is not None and all(o is not probe for _, o, _ in plan[:1]):
+            plan = [(0.0, probe, min(probe.gammas))] + plan  # one short draft to refresh what it is worth
+        for o in self.options:
+            self.idle[o.name] += 1
+        for _, option, g in plan:
+            t0 = time.perf_counter()
+            drafted, q = option.proposer.propose(tokens, g, params, generator)
+            elapsed = time.perf_counter() - t0
+            size = drafted.depth if isinstance(drafted, TreeDraft) else len(drafted)
+            if size:
+                if option.step_s > 0:  # a model's draft passes: keep its pass time current
+                    self.step_s[option.name] = 0.7 * self.step_s[option.name] + 0.3 * elapsed / size
+                self.idle[option.name] = 0
+                self._pending, self.last_source = (option, size, drafted), option.name
+                return drafted, q
+        return [], torch.empty(0)
+
+    def rollback(self, keep):
+        if self._pending is not None:
+            option, size, drafted = self._pending
+            accepted = len(drafted.path) if isinstance(drafted, TreeDraft) else None
+            if accepted is None:  # a chain: the tokens kept beyond those before this step
+                accepted = keep - self._before
+            counts = self.counts[option.name]
+            counts[0] = self.memory * counts[0] + accepted
+            counts[1] = self.memory * counts[1] + accepted + (accepted < size)
+        for o in self.options:
+            o.proposer.rollback(keep)
+        self._pending = None

@@ -1,0 +1,133 @@
+"""Several proposers chosen per step (decode/router.py): lossless, picks what pays, falls back to no draft."""
+
+import time
+
+import pytest
+import torch
+
+from conftest import first_two_tokens, make_model
+from decode.metrics import hardware_speedup
+from decode.ngram import PromptLookupProposer
+from decode.router import Option, RouterProposer, step_rate
+from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.tree import TreeProposer
+
+V = 64
+PASSES = [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3]  # a k-token target pass, relative to one token
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_model(V, layers=3, hidden=32, seed=1, init=0.3), make_model(V, layers=1, hidden=32, seed=2, init=0.3)
+
+
+def test_step_rate_is_the_cost_models_speedup():
+    for alpha, gamma, c in [(0.5, 2, 0.1), (0.9, 5, 0.3), (0.0, 1, 0.0)]:
+        assert step_rate(alpha, gamma, c, PASSES) == pytest.approx(hardware_speedup(alpha, gamma, c, PASSES))
+
+
+class SlowProposer:
+    """A draft made artificially slow: every proposal sleeps."""
+
+    def __init__(self, inner, seconds):
+        self.inner, self.seconds = inner, seconds
+
+    def start(self, prompt):
+        self.inner.start(prompt)
+
+    def propose(self, tokens, gamma, params, generator):
+        time.sleep(self.seconds)
+        return self.inner.propose(tokens, gamma, params, generator)
+
+    def rollback(self, keep):
+        self.inner.rollback(keep)
+
+
+def _router(target, draft, **kw):
+    options = [Option("lookup", PromptLookupProposer(V), 0.0, [1, 2, 3]),
+               Option("draft", DraftModelProposer(draft), 0.05, [1, 2, 3, 4]),
+               Option("self", DraftModelProposer(target), 0.3, [1, 2, 3, 4])]
+    return RouterProposer(options, PASSES, **kw)
+
+
+def _reference(target, prompt, n):
+    return generate(target, NoProposer(), prompt, 0, n).tokens
+
+
+@pytest.mark.parametrize("prompt", [[5, 9, 14, 3, 22, 5, 9], [40, 41]])
+def test_greedy_output_is_the_targets_whatever_the_router_picks(pair, prompt):
+    target, draft = pair
+    router = _router(target, draft, probe_every=3)
+    gen = generate(target, router, prompt, 4, 40)
+    assert gen.tokens == _reference(target, prompt, 40)
+    sources = {s.source for s in gen.steps}
+    assert len(sources - {"none"}) >= 2  # it really switched between proposers
+
+
+def test_greedy_with_a_tree_option_verifies_trees_and_chains(pair):
+    target, draft = pair
+    options = [Option("lookup", PromptLookupProposer(V), 0.0, [1, 2]),
+               Option("tree", TreeProposer(draft, branching=[2, 2, 1]), 0.05, [3], verified=10)]
+    router = RouterProposer(options, PASSES, probe_every=2)
+    prompt = [5, 9, 14, 3, 22, 5, 9]
+    assert generate(target, router, prompt, 3, 30).tokens == _reference(target, prompt, 30)
+
+
+def test_the_accurate_option_wins_the_steps(pair):
+    """The target as its own draft (alpha = 1, c = 0.3) against a poor cheap draft: most steps go to the first."""
+    target, draft = pair
+    options = [Option("poor", DraftModelProposer(draft), 0.05, [1, 2, 3]),
+               Option("exact", DraftModelProposer(target), 0.3, [1, 2, 3, 4])]
+    router = RouterProposer(options, PASSES, probe_every=0)
+    gen = generate(target, router, [5, 9, 14], 4, 60)
+    exact = [s for s in gen.steps if s.source == "exact"]
+    assert len(exact) >= 0.7 * len(gen.steps) and all(s.accepted == s.drafted for s in exact)
+    assert router.alpha("exact") > 0.9 > router.alpha("poor")
+
+
+def test_auto_off_falls_back_to_no_draft_when_the_draft_is_made_slow(pair):
+    """A draft whose proposals take far longer than a target step: after its first steps reveal it, the router
+    drafts nothing but its probes, so decoding costs little more than the target alone."""
+    target, draft = pair
+    t0 = time.perf_counter()
+    for _ in range(3):
+        target_only = generate(target, NoProposer(), [5, 9, 14], 0, 48)
+    step = (time.perf_counter() - t0) / (3 * 48)  # one target step here
+    options = [Option("slow", SlowProposer(DraftModelProposer(target), 5 * step), step * 0.1, [1, 2, 3])]
+    router = RouterProposer(options, [step * k ** 0.1 for k in range(1, 6)], probe_every=16)
+    gen = generate(target, router, [5, 9, 14], 4, 48)
+    assert gen.tokens == target_only.tokens
+    drafted = [s for s in gen.steps if s.source == "slow"]
+    assert len(drafted) <= 2 + len(gen.steps) // 16, [s.source for s in gen.steps]
+    assert router.step_s["slow"] > step  # it learned the real cost
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.8, None)])
+def test_sampled_output_follows_the_target_law_through_the_router(temperature, top_p):
+    """Joint law of the first two emitted tokens over 3k decodings, the router switching between prompt lookup and a
+    draft model: the target's exact law (TV <= 0.05; sampling noise alone ~0.03), far from the draft's own."""
+    from test_draft_stop import BigramLM
+
+    vocab, draws = 4, 3_000
+    g = torch.Generator().manual_seed(5)
+    t_table, d_table = torch.randn(vocab, vocab, generator=g) * 1.5, torch.randn(vocab, vocab, generator=g) * 1.5
+    target, draft = BigramLM(t_table), BigramLM(d_table)
+    params = SamplingParams(temperature, top_p=top_p)
+    p = params.probs(t_table)
+    exact = p[2][:, None] * p
+    router = RouterProposer([Option("lookup", PromptLookupProposer(vocab), 0.0, [1, 2]),
+                             Option("draft", DraftModelProposer(draft), 0.01, [1, 2, 3])], [1.0, 1.0, 1.0, 1.0],
+                            probe_every=2)
+    counts, first = first_two_tokens(target, router, [1, 2, 1, 2], 3, params, vocab, draws)
+    tv = 0.5 * (counts / draws - exact).abs().sum().item()
+    assert tv <= 0.05, tv
+    q = params.probs(d_table)
+    assert 0.5 * (counts / draws - q[2][:, None] * q).abs().sum().item() > 0.1  # the test tells the laws apart
+    assert len(set(first)) >= 2  # drafts of several lengths (and sources) really happened
+
+
+def test_bad_router_settings_name_the_fix(pair):
+    with pytest.raises(ValueError, match="at least one option"):
+        RouterProposer([], PASSES)
+    with pytest.raises(ValueError, match="memory"):
+        RouterProposer([Option("d", DraftModelProposer(pair[1]), 0.1, [1])], PASSES, memory=0)
