@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-qwen setup-deepspeed demo demo-medical bench-qwen test test-integration results clean
+.PHONY: setup setup-qwen setup-deepspeed demo demo-medical bench-qwen bench-adaptive bench-adaptive-qwen test \
+	test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +48,21 @@ bench-qwen: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] $(QWEN_BENCH) $(ARGS)
+
+# Every decoding policy side by side (docs/decoder.md), greedy, test prompts, one interleaved run per pair: fixed
+# chains, confidence stop, heuristic and predicted gamma, prompt lookup alone and first, static and dynamic trees,
+# the router (auto-off). DRAFT: an export for the default 135M target; for the Qwen pair, with the off-the-shelf 0.5B.
+ADAPTIVE_BENCH ?= proposers=[draft,heuristic,predicted,lookup,lookup+draft,tree,dynamic_tree,router] \
+	gamma=[1,3,auto] confidence_threshold=[0,0.5] temperature=[0] n_prompts=8 max_new_tokens=64 repeats=1
+bench-adaptive: $(STAMP)
+	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/distill/<run>/export (make demo)"; exit 2; }
+	$(PY) eval/speculate.py drafts=[$(DRAFT)] domains=[general,medical,code] $(ADAPTIVE_BENCH) $(ARGS)
+ADAPTIVE_QWEN_BENCH ?= proposers=[draft,predicted,lookup,lookup+draft,tree,dynamic_tree,router] gamma=[3,auto] \
+	temperature=[0] n_prompts=6 max_new_tokens=40 repeats=1 cpu_matmul=rows_first
+bench-adaptive-qwen: $(STAMP)
+	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
+	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
+		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] domains=[code] $(ADAPTIVE_QWEN_BENCH) $(ARGS)
 
 # The fast suite (under 2 minutes on 2 cores with a warm venv); prints the slowest tests.
 test: $(STAMP)

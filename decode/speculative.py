@@ -118,15 +118,17 @@ class DraftModelProposer:
 
     With `confidence_threshold` > 0 it stops early, after the first drafted token to which it gives a probability
     below the threshold (transformers' `assistant_confidence_threshold`): gamma becomes a maximum, long drafts go
-    where the draft is sure and short ones where it is not. The decision uses only the draft's own distribution, so
+    where the draft is sure and short ones where it is not. A `stop_rule` (decode/predict_gamma.py) decides from the
+    confidences of the tokens drafted so far instead. Either decision uses only the draft's own distribution, so
     greedy output and the sampled distribution stay exactly the target's."""
 
-    def __init__(self, draft, confidence_threshold: float = 0.0):
+    def __init__(self, draft, confidence_threshold: float = 0.0, stop_rule=None):
         if not 0.0 <= confidence_threshold < 1.0:
             raise ValueError(f"confidence_threshold must be in [0, 1) (0 = always draft gamma tokens), "
                              f"got {confidence_threshold}.")
         self.lm = CachedLM(draft, role="draft")
         self.threshold = confidence_threshold
+        self.stop_rule = stop_rule  # or: a callable(confidences of the tokens drafted so far) -> stop now
 
     def start(self, prompt):
         self.lm.reset()
@@ -137,18 +139,20 @@ class DraftModelProposer:
         if gamma == 0:
             return [], torch.empty(0)
         logits = self.lm.extend(tokens[self.lm.length:], keep=1)[-1]  # everything not yet cached (1 or 2 tokens)
-        drafted, probs = [], []
+        drafted, probs, confidences = [], [], []
+        judge = self.threshold > 0 or self.stop_rule is not None
         for i in range(gamma):
             if params.temperature == 0:  # greedy needs no draft distribution
                 token = int(logits.argmax())
-                sure = self.threshold == 0 or draft_confidence(logits, token) >= self.threshold
+                conf = draft_confidence(logits, token) if judge else 1.0
             else:
                 q = params.probs(logits)
                 token = int(sample(q, generator))
                 probs.append(q)
-                sure = self.threshold == 0 or float(q[token]) >= self.threshold
+                conf = float(q[token])
             drafted.append(token)
-            if i + 1 == gamma or not sure:
+            confidences.append(conf)
+            if i + 1 == gamma or conf < self.threshold or (self.stop_rule is not None and self.stop_rule(confidences)):
                 break
             logits = self.lm.extend([token], keep=1)[-1]
         return drafted, torch.stack(probs) if probs else torch.empty(0)

@@ -158,6 +158,7 @@ def render(info: dict, name: str) -> str:
     else:
         lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
     lines += _provenance_lines(evals, info.get("weights_sha256"))
+    lines += _policy_lines(info.get("serving_policy"))
     lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
               "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -181,6 +182,67 @@ def render(info: dict, name: str) -> str:
               f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
               "```", ""]
     return "\n".join(lines)
+
+
+POLICY_NAMES = {"draft": "a chain of the draft's tokens", "heuristic": "the draft with transformers' heuristic γ schedule",
+                "predicted": "the draft, γ predicted per step from its calibrated confidence",
+                "lookup": "prompt lookup alone", "lookup+draft": "prompt lookup, the draft where nothing matches",
+                "tree": "a static token tree", "dynamic_tree": "a dynamic token tree",
+                "router": "a router over prompt lookup and the drafts", "none": "no draft: the target alone"}
+
+
+def _policy_lines(policy: dict | None) -> list[str]:
+    """The card's section on the decoding policy `eval/speculate.py policy=auto` chose for this draft."""
+    if not policy:
+        return []
+    cand = policy["candidate"]
+    what = POLICY_NAMES.get(policy["proposer"], policy["proposer"])
+    lines = ["", "## Serving policy (chosen by `eval/speculate.py policy=auto`)", "",
+             f"**{what}**" + ("" if policy["proposer"] == "none" else
+                              f" (proposer `{cand['proposer']}`, γ {cand['gamma']}"
+                              + (f", stop below confidence {float(cand['confidence_threshold']):g}"
+                                 if float(cand["confidence_threshold"] or 0) else "") + ")")
+             + f", chosen among {policy['tune_policies']} policies on the tune prompts (geometric mean speedup "
+             f"{policy['tune_speedup_geomean']:.2f}x over the domains) for `{policy['target']}` on "
+             f"{policy['device']} with {policy['threads']} threads. On the test prompts ({policy['n_prompts']} per "
+             f"domain, {policy['max_new_tokens']} new tokens), {POLICY_NAMES.get(cand['proposer'], cand['proposer'])}:",
+             "", "| domain | T | α | τ | speedup [95% interval] |", "|---|---|---|---|---|"]
+    for t in policy["test"]:
+        lo, hi = t["speedup_ci"]
+        alpha = "–" if t["alpha"] != t["alpha"] else f"{t['alpha']:.3f}"
+        lines.append(f"| {t['domain']} | {t['temperature']:g} | {alpha} | {t['tau']:.2f} "
+                     f"| {t['speedup']:.2f}x [{lo:.2f}, {hi:.2f}] |")
+    if policy.get("settings") is not None:
+        lines += ["", f"Settings: `{json.dumps(policy['settings'])}`."]
+    lines += ["", "Draftsmith's decoder (`decode/`) runs every policy; `generation_config.json` holds it as "
+              "`draftsmith_policy`. transformers' assisted generation runs only chains (proposers draft and "
+              "heuristic), vLLM and SGLang their own methods: the snippets below use the chain settings."]
+    return lines
+
+
+def write_policy(export_dir: str | os.PathLike, policy: dict) -> Path:
+    """Record the chosen serving policy in draftsmith.json (`serving_policy`) and generation_config.json
+    (`draftsmith_policy`; for chains transformers runs, also its own assisted-generation keys), and re-render the
+    card. Atomic writes."""
+    folder = Path(export_dir)
+    info_path = folder / "draftsmith.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info["serving_policy"] = policy
+    tmp = info_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(info, indent=2, default=str))
+    os.replace(tmp, info_path)
+    path = folder / "generation_config.json"
+    if path.is_file():
+        config = json.loads(path.read_text())
+        config["draftsmith_policy"] = {k: policy[k] for k in ("proposer", "gamma", "confidence_threshold", "settings")}
+        if policy["proposer"] in ("draft", "heuristic") and str(policy["gamma"]).isdigit():
+            config.update(num_assistant_tokens=int(policy["gamma"]), assistant_confidence_threshold=float(
+                policy["confidence_threshold"] or 0.0), num_assistant_tokens_schedule="constant"
+                if policy["proposer"] == "draft" else "heuristic")
+        tmp = folder / ".generation_config.json.tmp"
+        tmp.write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(tmp, path)
+    return write_card(folder)
 
 
 def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0) -> None:

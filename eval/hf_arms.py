@@ -55,23 +55,40 @@ def _sampling(params: SamplingParams | None) -> dict:
             "top_p": params.top_p or 1.0}
 
 
+def hf_generate(target, prompt: list[int], max_new_tokens: int, eos_token_ids, params: SamplingParams | None = None,
+                **extra) -> list[int]:
+    """One transformers generate() call on `prompt` (batch 1), `extra` its speculative arguments (assistant_model=...,
+    prompt_lookup_num_tokens=...): the new tokens. Runs the models as they are (see `stock_linears`)."""
+    ids = torch.tensor([prompt], device=target.device)
+    eos = sorted(eos_token_ids or [])
+    with torch.inference_mode():
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                              eos_token_id=eos or None, pad_token_id=eos[0] if eos else None, **_sampling(params),
+                              **extra)
+    return out[0, len(prompt):].tolist()
+
+
+def constant_gamma(draft, gamma: int, threshold: float = 0.0) -> None:
+    """Make transformers' assisted generation draft exactly `gamma` tokens a step with `draft` (stopped early only
+    below `threshold` confidence; 0 = never), instead of its own schedule."""
+    draft.generation_config.num_assistant_tokens = gamma
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = threshold
+
+
 def _run(target, extra: dict):
     def run(prompt, max_new_tokens, params, eos_token_ids, generator) -> HFGeneration:
-        ids = torch.tensor([prompt], device=target.device)
         calls = [0]
         hook = target.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
         torch.manual_seed(int(generator.initial_seed()))  # transformers samples from the global generator
-        eos = sorted(eos_token_ids or [])
         try:
-            with torch.inference_mode(), stock_linears(target):
+            with stock_linears(target):
                 start = time.perf_counter()
-                out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                      eos_token_id=eos or None, pad_token_id=eos[0] if eos else None,
-                                      **_sampling(params), **extra)
+                tokens = hf_generate(target, prompt, max_new_tokens, eos_token_ids, params, **extra)
                 seconds = time.perf_counter() - start
         finally:
             hook.remove()
-        return HFGeneration(out[0, len(prompt):].tolist(), 0.0, seconds, calls[0])
+        return HFGeneration(tokens, 0.0, seconds, calls[0])
     return run
 
 
@@ -79,9 +96,7 @@ def hf_assisted(target, draft, gamma: int | None = None):
     """transformers' assisted generation with `draft` (a float copy, full head). gamma None: transformers' defaults
     (its draft length schedule and confidence stop); an int: exactly gamma drafted tokens a step."""
     if gamma is not None:
-        draft.generation_config.num_assistant_tokens = gamma
-        draft.generation_config.num_assistant_tokens_schedule = "constant"
-        draft.generation_config.assistant_confidence_threshold = 0.0
+        constant_gamma(draft, gamma)
     return _run(target, {"assistant_model": draft})
 
 

@@ -118,10 +118,10 @@ def plots(records: list[dict], out: Path) -> list[Path]:
     return written
 
 
-def policy_label(r: dict) -> str:
-    """A record's decoding policy in a few words: who drafts, how, at what gamma."""
+def policy_label(r: dict, name_draft: bool = True) -> str:
+    """A record's decoding policy in a few words: who drafts (when the run has several drafts), how, at what gamma."""
     kind = r.get("proposer", "draft")
-    who = "" if kind in ("lookup", "router", "transformers lookup") else short(r["draft"]) + " "
+    who = "" if not name_draft or kind in ("lookup", "router", "transformers lookup") else short(r["draft"]) + " "
     gamma = r.get("gamma_setting", r["gamma"])
     stop = f",stop<{r['confidence_threshold']:g}" if r.get("confidence_threshold") else ""
     return f"{who}{kind} γ={gamma}{stop}"
@@ -136,6 +136,8 @@ def policy_plot(records: list[dict], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     panels = list(dict.fromkeys((r["domain"], r["temperature"]) for r in records))
+    no_model = ("lookup", "router", "transformers lookup")
+    several = len({r["draft"] for r in records if r.get("proposer") not in no_model}) > 1
     height = max(2.5, 0.32 * max(sum((r["domain"], r["temperature"]) == p for r in records) for p in panels) + 1)
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), height), squeeze=False)
     for ax, (domain, temp) in zip(axes[0], panels):
@@ -146,7 +148,7 @@ def policy_plot(records: list[dict], out: Path) -> Path:
         hi = [r.get("speedup_ci", [r["speedup"]] * 2)[1] - r["speedup"] for r in rows]
         ax.barh(ys, [r["speedup"] for r in rows], xerr=[lo, hi], color=[
             "C7" if str(r.get("proposer")).startswith("transformers") else "C0" for r in rows], alpha=0.8)
-        ax.set_yticks(list(ys), [policy_label(r) for r in rows], fontsize=7)
+        ax.set_yticks(list(ys), [policy_label(r, several) for r in rows], fontsize=7)
         ax.axvline(1.0, color="grey", lw=0.8)
         ax.set(xlabel="speedup vs target-only (bars: interval across prompts)", title=f"{domain}, T={temp:g}")
     fig.tight_layout()

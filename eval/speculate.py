@@ -31,12 +31,13 @@ from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from decode.replay import best_rule, draft_positions
-from eval.card import best_by_domain, write_card
+from eval.card import best_by_domain, write_card, write_policy
 from eval.tracking import log_eval_to_wandb
 from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
 from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
                             replayed_speedup, theoretical_speedup)
 from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
+from decode.predict_gamma import SurvivalStop, fit_calibration
 from decode.router import Option, RouterProposer
 from decode.schedule import HeuristicGammaProposer
 from decode.tree import TreeProposer, static_tree
@@ -161,13 +162,15 @@ def hf_arms(cfg: DictConfig, target, hf_drafts: dict) -> list[tuple]:
 
 
 def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, max_gamma: int, eos,
-                conditions: dict, hf_drafts: dict | None = None) -> list[dict]:
+                conditions: dict, hf_drafts: dict | None = None, only: list | None = None) -> list[dict]:
     """Every (domain, temperature): target-only decoding and every speculative setting, interleaved prompt by prompt
     on the `split` prompts (eval/timing.py); gamma=auto chooses on the tune prompts first. The cost model is
-    measured once per draft (into conditions["costs"])."""
+    measured once per draft (into conditions["costs"]). `only`: run just these arms (records' "arm" values)."""
     records = []
     arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers),
-                         tree_depths(cfg), int(cfg.router.max_gamma))
+                         tree_depths(cfg), int(cfg.router.max_gamma), int(cfg.max_auto_gamma))
+    if only is not None:
+        arms = [a for a in arms if list(a) in [list(o) for o in only]]
     with grid_progress() as progress:  # one tick per prompt decoded by every setting
         task = progress.add_task("decoding", total=len(cfg.domains) * len(cfg.temperature) * cfg.repeats
                                  * cfg.n_prompts)
@@ -187,15 +190,21 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
             for temperature in cfg.temperature:
                 params = SamplingParams(float(temperature), cfg.top_k, cfg.top_p)
                 settings = []  # (arm, gamma, threshold, label, what gamma=auto expected, proposer)
-                for kind, name, gamma, threshold in arms:
+                for arm in arms:
+                    kind, name, gamma, threshold = arm
                     draft, costs = drafts.get(name), conditions["costs"][name or next(iter(drafts))]
                     label, predicted = gamma, None
                     if gamma == "auto":
                         progress.update(task, description=f"{domain} T={temperature:g} gamma=auto on tune prompts")
                         tune = tune or tune_set(cfg, tokenizer, target, domain, eos)
                         gamma, threshold, label, predicted = choose_auto(cfg, target, draft, tune, params, eos, costs)
-                    settings.append(((kind, name), gamma, threshold, label, predicted,
-                                     make_proposer(kind, draft, threshold, target, cfg, drafts, conditions["costs"])))
+                    if kind == "predicted":  # the stop rule's calibration is fitted on the tune prompts only
+                        tune = tune or tune_set(cfg, tokenizer, target, domain, eos)
+                        proposer = DraftModelProposer(draft, stop_rule=predicted_stop(draft, tune, costs))
+                        label = f"predicted≤{gamma}"
+                    else:
+                        proposer = make_proposer(kind, draft, threshold, target, cfg, drafts, conditions["costs"])
+                    settings.append(((kind, name), gamma, threshold, label, predicted, proposer, list(arm)))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
                 timing += [Arm(("hf", k), None, 0, run=run) for k, (_, _, run) in enumerate(baselines)]
@@ -204,13 +213,14 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                                          cfg.repeats, on_prompt=lambda r, i: progress.advance(task))
                 base = runs["target"]
                 log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
-                for j, ((kind, name), gamma, threshold, label, predicted, _) in enumerate(settings):
+                for j, ((kind, name), gamma, threshold, label, predicted, _, arm) in enumerate(settings):
                     costs = conditions["costs"][name or next(iter(drafts))]
                     if kind == ROUTER:
                         costs = {**costs, "router_step_s": router_step_s(drafts, conditions["costs"])}
                     rec = make_record(name or (ROUTER if kind == ROUTER else LOOKUP), domain, gamma, label, float(temperature), len(prompts), runs[j],
                                       base, costs, threshold, float(cfg.ci_level), kind)
                     rec["split"] = cfg.split if not cfg.prompts_file else f"{cfg.split} ({cfg.prompts_file})"
+                    rec["arm"] = arm  # (proposer, draft, gamma as asked, threshold): what policy=auto chooses among
                     if predicted is not None:  # what gamma=auto expected of its choice (on tune prompts)
                         rec["auto_expected_speedup"] = predicted
                     records.append(rec)
@@ -231,6 +241,52 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     return records
 
 
+def choose_policy(records: list[dict]) -> tuple[list, float]:
+    """The arm (proposer, draft, gamma as asked, threshold) with the highest geometric mean speedup over the
+    (domain, temperature) cells these records cover, among arms measured in all of them, and that mean. Pure."""
+    cells = {(r["domain"], r["temperature"]) for r in records}
+    by_arm: dict[tuple, list[float]] = {}
+    for r in records:
+        if is_ours(r) and r.get("arm") is not None:
+            by_arm.setdefault(tuple(map(str, r["arm"])), []).append(r)
+    scored = [(math.exp(sum(math.log(max(r["speedup"], 1e-9)) for r in rs) / len(rs)), rs[0]["arm"])
+              for rs in by_arm.values() if len(rs) == len(cells)]
+    if not scored:
+        raise ValueError("policy=auto found no policy measured in every domain and temperature.")
+    score, arm = max(scored, key=lambda x: x[0])
+    return arm, score
+
+
+def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, rows: int, eos, conditions: dict,
+                hf_drafts: dict) -> list[dict]:
+    """policy=auto: every policy asked for runs on the tune prompts (its report in out/tune); the best by geometric
+    mean speedup over the domains and temperatures (`choose_policy`) then runs alone against the target on the test
+    prompts, and those are the reported numbers. If the best does not beat the target alone on the tune prompts,
+    the policy is "none" (serve the target alone), and the test run shows what the best would have done."""
+    tune_cfg = OmegaConf.merge(cfg, {"split": "tune", "out": str(Path(cfg.out) / "tune")})
+    tuned = measure_all(tune_cfg, tokenizer, target, drafts, gammas, rows, eos, conditions)
+    write_report(tuned, {**conditions, "policy_auto": "tune phase: every policy on the tune prompts"},
+                 Path(tune_cfg.out))
+    arm, score = choose_policy(tuned)
+    log.info("policy=auto: on the tune prompts the best is %s (%.2fx, geometric mean over domains)%s", arm, score,
+             "" if score > 1 else ": not above 1, so the policy is none (the target alone)")
+    records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts, only=[arm])
+    kind, name, gamma, threshold = arm
+    conditions["policy"] = {
+        "proposer": kind if score > 1 else "none", "draft": name, "gamma": gamma, "confidence_threshold": threshold,
+        "candidate": {"proposer": kind, "draft": name, "gamma": gamma, "confidence_threshold": threshold},
+        "settings": {"tree": OmegaConf.to_container(cfg.tree), "router": OmegaConf.to_container(cfg.router),
+                     "lookup": OmegaConf.to_container(cfg.lookup), "max_auto_gamma": cfg.max_auto_gamma}.get(
+            {"tree": "tree", "dynamic_tree": "tree", "router": "router", "lookup": "lookup",
+             "lookup+draft": "lookup", "predicted": "max_auto_gamma"}.get(kind, ""), None),
+        "tune_speedup_geomean": score, "tune_policies": len({tuple(map(str, r["arm"])) for r in tuned if is_ours(r)}),
+        "target": str(cfg.target), "threads": conditions["threads"], "device": conditions["device"],
+        "max_new_tokens": cfg.max_new_tokens, "n_prompts": cfg.n_prompts,
+        "test": [{k: r[k] for k in ("domain", "temperature", "gamma", "alpha", "tau", "speedup", "speedup_ci")}
+                 for r in records if is_ours(r)]}
+    return records
+
+
 def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos) -> dict:
     """The tune prompts of `domain` (never the reported ones) and the target's greedy continuations of them."""
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file, "tune")]
@@ -238,17 +294,25 @@ def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos) -> dict:
     return {"prompts": prompts, "greedy": greedy["tokens"]}
 
 
+def predicted_stop(draft, tune: dict, costs: dict) -> SurvivalStop:
+    """Per-step gamma predicted from the draft's confidence (decode/predict_gamma.py): the calibration of its
+    confidence against the target's acceptance, fitted on the tune prompts' greedy paths, and the measured costs."""
+    calibration = fit_calibration(draft_positions(draft, tune["prompts"], tune["greedy"]))
+    return SurvivalStop(calibration, costs["draft_step_s"], costs["target_pass_s"])
+
+
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
 ROUTER = "router"  # the record name of the router over prompt lookup and every draft
 TREES = ("tree", "dynamic_tree")
-PROPOSERS = ("draft", "heuristic", "lookup", "lookup+draft", *TREES, "router")
+PROPOSERS = ("draft", "heuristic", "predicted", "lookup", "lookup+draft", *TREES, "router")
 
 
 def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str], tree_depths: dict | None = None,
-                  router_gamma: int = 0) -> list[tuple]:
+                  router_gamma: int = 0, max_auto_gamma: int = 8) -> list[tuple]:
     """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature):
     prompt lookup alone once per fixed gamma (it needs no draft), then each draft with each other kind (a tree once,
-    its depth as gamma), then the router once (over lookup and every draft). gamma=auto and confidence thresholds
+    its depth as gamma; predicted gamma once, max_auto_gamma its ceiling), then the router once (over lookup and
+    every draft). gamma=auto and confidence thresholds
     apply to a draft model's own drafts only."""
     arms = []
     if "lookup" in proposers:
@@ -257,6 +321,8 @@ def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str]
         for kind in (k for k in proposers if k not in ("lookup", ROUTER)):
             if kind in TREES:
                 arms.append((kind, name, (tree_depths or {})[kind], 0.0))
+            elif kind == "predicted":
+                arms.append((kind, name, max_auto_gamma, 0.0))
             else:
                 arms += [(kind, name, g, th) for g, th in settings if kind == "draft" or g != "auto"]
     if ROUTER in proposers:
@@ -398,6 +464,11 @@ def check_eval_config(cfg: DictConfig) -> None:
                                     or int(cfg.router.probe_every) < 0):
         raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1 and probe_every >= 0, got "
                          f"{OmegaConf.to_container(cfg.router)}.")
+    if cfg.get("policy") not in (None, "auto"):
+        raise ValueError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
+                         f"prompts, report it on the test prompts), got {cfg.policy!r}.")
+    if cfg.get("policy") == "auto" and cfg.split != "test":
+        raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
         raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
@@ -424,6 +495,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     max_gamma = max(asked) if cfg.compile else max(asked + [cfg.max_auto_gamma])
     if ROUTER in cfg.proposers:
         max_gamma = max(max_gamma, int(cfg.router.max_gamma))
+    if "predicted" in cfg.proposers:
+        max_gamma = max(max_gamma, int(cfg.max_auto_gamma))
     rows = max(max_gamma, tree_rows(cfg))  # the most tokens beyond the pending one in a target pass (trees: nodes)
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
                   "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
@@ -443,7 +516,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
             compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
         with partial_on_error(Path(cfg.out)):
-            records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
+            if cfg.get("policy") == "auto":
+                records = auto_policy(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
+            else:
+                records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
     ours = [r for r in records if is_ours(r)]  # the verdicts judge our decoder; transformers' rows are baselines
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in ours), default=0.0), costs["draft_step_s"],
@@ -459,6 +535,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     files = write_report(records, conditions, Path(cfg.out))
     if cfg.wandb.enabled:
         log_eval_to_wandb(records, conditions, files, OmegaConf.to_container(cfg.wandb, resolve=True), Path(cfg.out))
+    if conditions.get("policy"):  # policy=auto: the chosen policy and its test numbers go into each local draft
+        for name in (n for n in drafts if Path(n).is_dir()):
+            print(f"serving policy written: {write_policy(name, conditions['policy'])}")
     if cfg.update_card:  # append these measurements to each local draft folder's model card
         keep = ("domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau", "speedup", "speedup_ci",
                 "n_prompts", "split")

@@ -38,6 +38,7 @@ from decode.loading import check_same_vocab, load_frozen, load_tokenizer, specia
 from decode.ngram import PromptLookupProposer
 from decode.speculative import DraftModelProposer, NoProposer, generate
 from decode.runtime import setup_cpu
+from eval.hf_arms import constant_gamma, hf_generate
 from data.prompts import encode_prompt, load_prompts
 
 
@@ -68,28 +69,18 @@ def ours_lookup(target, gamma, min_n: int, max_n: int, steps: list | None = None
 def hf_lookup(target, gamma, max_n: int):
     """transformers' prompt lookup decoding (generate(prompt_lookup_num_tokens=gamma, max_matching_ngram_size))."""
     def run(prompt, max_new, eos):
-        ids = torch.tensor([prompt], device=target.device)
-        with torch.inference_mode():
-            out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
-                                  eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0],
-                                  prompt_lookup_num_tokens=gamma, max_matching_ngram_size=max_n)
-        return out[0, len(prompt):].tolist()
+        return hf_generate(target, prompt, max_new, eos, prompt_lookup_num_tokens=gamma, max_matching_ngram_size=max_n)
     return run
 
 
 def hf(target, draft, gamma, threshold: float = 0.0):
-    if draft is not None:  # up to gamma drafted tokens, stopped by the same confidence threshold as ours (0: none)
-        draft.generation_config.num_assistant_tokens = gamma
-        draft.generation_config.num_assistant_tokens_schedule = "constant"
-        draft.generation_config.assistant_confidence_threshold = threshold
+    """transformers' generate() alone, or assisted by `draft` with up to gamma drafted tokens a step, stopped by the
+    same confidence threshold as ours (0: none)."""
+    if draft is not None:
+        constant_gamma(draft, gamma, threshold)
 
     def run(prompt, max_new, eos):
-        ids = torch.tensor([prompt], device=target.device)
-        kwargs = {"assistant_model": draft} if draft is not None else {}
-        with torch.inference_mode():
-            out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
-                                  eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **kwargs)
-        return out[0, len(prompt):].tolist()
+        return hf_generate(target, prompt, max_new, eos, **({"assistant_model": draft} if draft is not None else {}))
     return run
 
 

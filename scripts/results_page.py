@@ -174,7 +174,7 @@ def section(meta: dict, labels: dict, level: str = "###") -> list[str]:
     for name, kind in meta["files"].items():
         path = meta["dir"] / name
         if kind == "files":
-            lines += [f"- [`{name}`](../{rel}/{name})"]
+            lines += [f"![{name}](../{rel}/{name})" if name.endswith(".png") else f"- [`{name}`](../{rel}/{name})"]
             continue
         data = json.loads(path.read_text())
         if len(meta["files"]) > 1:

@@ -90,7 +90,7 @@ def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p,
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("kind", ["draft_stopped_when_unsure", "prompt_lookup"])
+@pytest.mark.parametrize("kind", ["draft_stopped_when_unsure", "prompt_lookup", "predicted_gamma", "router"])
 def test_sampled_law_through_real_models_and_their_kv_caches(kind):
     """The same law as above, with real tiny Llama models and their KV caches (rollback included), so a cache bug
     would show: target and draft of vocabulary 6; the target's exact law of the first two tokens computed by forward
@@ -110,7 +110,15 @@ def test_sampled_law_through_real_models_and_their_kv_caches(kind):
         proposer, own = PromptLookupProposer(vocab), torch.zeros(vocab, vocab)
         own[1, 3] = 1.0  # lookup's proposal: a point mass
     else:
-        proposer = DraftModelProposer(draft, 0.4)
+        from decode.predict_gamma import Calibration, SurvivalStop
+        from decode.router import Option, RouterProposer
+
+        proposer = {"draft_stopped_when_unsure": lambda: DraftModelProposer(draft, 0.4),
+                    "predicted_gamma": lambda: DraftModelProposer(draft, stop_rule=SurvivalStop(
+                        Calibration([0.0, 0.5], [0.2, 0.8], 0.5), 0.3, [1.0] * 8)),
+                    "router": lambda: RouterProposer([Option("lookup", PromptLookupProposer(vocab), 0.0, [1, 2]),
+                                                      Option("draft", DraftModelProposer(draft), 0.01, [1, 2, 3])],
+                                                     [1.0] * 5, probe_every=2)}[kind]()
         with torch.no_grad():
             q1 = params.probs(draft(torch.tensor([prompt])).logits[0, -1])
             q2 = torch.stack([params.probs(draft(torch.tensor([prompt + [x]])).logits[0, -1]) for x in range(vocab)])

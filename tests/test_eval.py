@@ -296,19 +296,54 @@ def test_prompt_lookup_alone_and_before_the_draft(tmp_path, tiny_target_dir, tin
     assert "lookup" in (tmp_path / "eval" / "results.md").read_text()
 
 
-def test_trees_and_the_router_are_arms_of_the_same_run(tmp_path, tiny_target_dir, tiny_draft_dir):
+def test_predicted_gamma_trees_and_the_router_are_arms_of_the_same_run(tmp_path, tiny_target_dir, tiny_draft_dir):
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
-                                "proposers=[draft,tree,dynamic_tree,router]", "tree.branching=[2,1]",
-                                "tree.depth=3", "tree.width=2", "router.max_gamma=3"))
+                                "proposers=[draft,predicted,tree,dynamic_tree,router]", "tree.branching=[2,1]",
+                                "tree.depth=3", "tree.width=2", "router.max_gamma=3", "max_auto_gamma=4"))
     by = {r["proposer"]: r for r in records}
-    assert set(by) == {"draft", "tree", "dynamic_tree", "router"} and by["router"]["draft"] == "router"
+    assert set(by) == {"draft", "predicted", "tree", "dynamic_tree", "router"} and by["router"]["draft"] == "router"
+    assert by["predicted"]["gamma_setting"] == "predicted≤4" and by["predicted"]["mean_drafted"] <= 4
     assert by["tree"]["gamma"] == 2 and by["dynamic_tree"]["gamma"] == 3
     assert all(r["greedy_identical"] is True for r in records)
     assert all(math.isfinite(r["hardware_expected_speedup"]) for r in records)
     assert 0 < by["tree"]["mean_drafted"] <= 2  # a tree's drafted length is its depth
 
 
+def test_policy_auto_chooses_on_tune_prompts_and_writes_the_policy_into_the_export(tmp_path, tiny_target_dir,
+                                                                                   tiny_draft_dir):
+    import shutil
+
+    draft = shutil.copytree(tiny_draft_dir, tmp_path / "draft")
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [str(draft)], "gamma=[1,2]", "domains=[code]",
+                                "proposers=[draft,lookup]", "policy=auto"))
+    tuned = json.loads((tmp_path / "eval" / "tune" / "results.json").read_text())["records"]
+    assert len(tuned) == 4 and {r["split"] for r in tuned} == {"tune"}  # every policy ran on the tune prompts
+    assert len(records) == 1 and records[0]["split"] == "test"  # only the chosen one on the test prompts
+    best = max(tuned, key=lambda r: r["speedup"])
+    assert records[0]["arm"] == best["arm"]  # one domain, one temperature: the geometric mean is the speedup
+    policy = json.loads((draft / "draftsmith.json").read_text())["serving_policy"]
+    assert policy["candidate"]["proposer"] == best["proposer"] and policy["test"][0]["speedup"] == records[0]["speedup"]
+    assert policy["proposer"] == (best["proposer"] if best["speedup"] > 1 else "none")
+    assert "Serving policy" in (draft / "README.md").read_text()
+    assert json.loads((draft / "generation_config.json").read_text())["draftsmith_policy"]["proposer"] == \
+        policy["proposer"]
+
+
+def test_choose_policy_takes_the_best_geometric_mean_over_cells():
+    from eval.speculate import choose_policy
+
+    def rec(arm, domain, speedup):
+        return {"arm": arm, "domain": domain, "temperature": 0.0, "speedup": speedup, "proposer": arm[0]}
+
+    a, b, c = ["draft", "d", 1, 0.0], ["lookup", None, 3, 0.0], ["tree", "d", 4, 0.0]
+    records = [rec(a, "code", 1.5), rec(a, "general", 0.7), rec(b, "code", 1.1), rec(b, "general", 1.05),
+               rec(c, "code", 3.0)]  # c is missing a cell: not a candidate
+    arm, score = choose_policy(records)
+    assert arm == b and score == pytest.approx((1.1 * 1.05) ** 0.5)
+
+
 @pytest.mark.parametrize("extra,match", [("proposers=[beam]", "proposers must be"),
+                                         ("policy=best", "policy must be"),
                                          ("lookup.min_n=0", "min_n <= max_n"),
                                          ("proposers=[tree] temperature=[0,1.0]", "greedily only"),
                                          ("proposers=[dynamic_tree] compile=true", "dynamic KV caches"),

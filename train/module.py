@@ -79,36 +79,30 @@ class DistillModule(L.LightningModule):
                                           loss_mask(labels), batch["teacher_ids"], batch["teacher_logp"],
                                           batch["teacher_tail"], self.hparams.chunk_size, metrics=metrics,
                                           next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
-        if self._kept is not None and not metrics:  # training: the kept ids only
-            return self._distill_kept(batch)
+        next_tokens, mask = torch.roll(labels, -1, dims=1), loss_mask(labels)
+        draft_head, target_head = self.draft.get_output_embeddings(), self.target.get_output_embeddings()
+        if self._kept is not None and not metrics:
+            # training over the kept ids (model.draft.train_vocab): positions whose next token is not kept are left
+            # out, and the teacher's logits are cut to the same ids (renormalised by the loss's softmax)
+            ids, draft_head = self._kept_head()
+            next_tokens, kept = remap(next_tokens, ids, self.draft.get_output_embeddings().out_features)
+            mask = mask & kept
+            full = target_head
+            target_head = lambda h: full(h)[..., ids]  # noqa: E731
         teacher = None
         if metrics or self.ce_weight < 1:  # the cross-entropy baseline trains without the target
             with torch.no_grad(), own_precision(batch["input_ids"]):  # the teacher ignores bf16-mixed autocast
                 teacher = final_hidden(self.target, batch)
-        student = final_hidden(self.draft, batch)
-        return chunked_distill(student, teacher, self.draft.get_output_embeddings(),
-                               self.target.get_output_embeddings(), loss_mask(labels), self.loss_fn,
+        return chunked_distill(final_hidden(self.draft, batch), teacher, draft_head, target_head, mask, self.loss_fn,
                                self.hparams.temperature, self.hparams.chunk_size, metrics=metrics,
-                               next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
+                               next_tokens=next_tokens, ce_weight=self.ce_weight)
 
-    def _distill_kept(self, batch):
-        """A training step's loss over the kept ids (model.draft.train_vocab): positions whose next token is not
-        kept are left out; a teacher's logits are cut to the same ids (renormalised by the loss's softmax)."""
+    def _kept_head(self):
+        """(kept ids, the frozen head over them), moved to the draft's device once (not a registered submodule)."""
         ids, head = self._kept
-        if head.weight.device != self.device:  # not a registered submodule: follow the draft once
+        if head.weight.device != self.device:
             self._kept = ids, head = ids.to(self.device), head.to(self.device)
-        labels = batch["labels"]
-        index, kept = remap(torch.roll(labels, -1, dims=1), ids, self.draft.get_output_embeddings().out_features)
-        mask = loss_mask(labels) & kept
-        teacher, teacher_head = None, None
-        if self.ce_weight < 1:
-            with torch.no_grad(), own_precision(batch["input_ids"]):
-                teacher = final_hidden(self.target, batch)
-            full = self.target.get_output_embeddings()
-            teacher_head = lambda h: full(h)[..., ids]  # noqa: E731
-        return chunked_distill(final_hidden(self.draft, batch), teacher, head, teacher_head, mask,
-                               self.loss_fn, self.hparams.temperature, self.hparams.chunk_size, metrics=False,
-                               next_tokens=index, ce_weight=self.ce_weight)
+        return ids, head
 
     def training_step(self, batch, batch_idx):
         op = self.onpolicy
