@@ -17,7 +17,8 @@ nothing to propose (lookup without a match) hands the step to the next best.
 
 Lossless: the choice uses only earlier steps, before the target sees this step's drafts; each option's proposal
 carries its own distribution q (greedy output stays the target's; sampling stays exactly the target's law, as for
-each option alone). Tree options only verify greedily (decode/tree.py).
+each option alone). Tree options only verify greedily (decode/tree.py). `with_auto_off` gives a single proposer
+(any policy) the same auto-off.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class RouterProposer:
                 if option.step_s > 0:  # a model's draft passes: keep its pass time current
                     self.step_s[option.name] = 0.7 * self.step_s[option.name] + 0.3 * elapsed / size
                 self.idle[option.name] = 0
-                self._pending, self.last_source = (option, size, drafted), option.name
+                self._pending = (option, size, drafted)
+                self.last_source = getattr(option.proposer, "last_source", "") or option.name
                 return drafted, q
         return [], torch.empty(0)
 
@@ -125,3 +127,10 @@ class RouterProposer:
         for o in self.options:
             o.proposer.rollback(keep)
         self._pending = None
+
+
+def with_auto_off(proposer, name: str, step_s: float, gamma: int, target_pass_s: list[float],
+                  verified: int | None = None, **router_settings) -> RouterProposer:
+    """`proposer` at its own gamma, drafting only while the cost model expects its recent acceptance to pay, a plain
+    target step otherwise (with probes): any policy gets the router's auto-off."""
+    return RouterProposer([Option(name, proposer, step_s, [gamma], verified)], target_pass_s, **router_settings)

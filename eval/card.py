@@ -202,6 +202,7 @@ def _policy_lines(policy: dict | None) -> list[str]:
                               f" (proposer `{cand['proposer']}`, γ {cand['gamma']}"
                               + (f", stop below confidence {float(cand['confidence_threshold']):g}"
                                  if float(cand["confidence_threshold"] or 0) else "") + ")")
+             + (", with auto-off (no draft while it does not pay)" if policy.get("auto_off") else "")
              + f", chosen among {policy['tune_policies']} policies on the tune prompts (geometric mean speedup "
              f"{policy['tune_speedup_geomean']:.2f}x over the domains) for `{policy['target']}` on "
              f"{policy['device']} with {policy['threads']} threads. On the test prompts ({policy['n_prompts']} per "
@@ -222,8 +223,8 @@ def _policy_lines(policy: dict | None) -> list[str]:
 
 def write_policy(export_dir: str | os.PathLike, policy: dict) -> Path:
     """Record the chosen serving policy in draftsmith.json (`serving_policy`) and generation_config.json
-    (`draftsmith_policy`; for chains transformers runs, also its own assisted-generation keys), and re-render the
-    card. Atomic writes."""
+    (`draftsmith_policy`; for chains transformers runs, write_card also sets its assisted-generation keys to it), and
+    re-render the card. Atomic writes."""
     folder = Path(export_dir)
     info_path = folder / "draftsmith.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
@@ -234,18 +235,15 @@ def write_policy(export_dir: str | os.PathLike, policy: dict) -> Path:
     path = folder / "generation_config.json"
     if path.is_file():
         config = json.loads(path.read_text())
-        config["draftsmith_policy"] = {k: policy[k] for k in ("proposer", "gamma", "confidence_threshold", "settings")}
-        if policy["proposer"] in ("draft", "heuristic") and str(policy["gamma"]).isdigit():
-            config.update(num_assistant_tokens=int(policy["gamma"]), assistant_confidence_threshold=float(
-                policy["confidence_threshold"] or 0.0), num_assistant_tokens_schedule="constant"
-                if policy["proposer"] == "draft" else "heuristic")
+        config["draftsmith_policy"] = {k: policy.get(k) for k in ("proposer", "gamma", "confidence_threshold",
+                                                                   "auto_off", "settings")}
         tmp = folder / ".generation_config.json.tmp"
         tmp.write_text(json.dumps(config, indent=2) + "\n")
         os.replace(tmp, path)
     return write_card(folder)
 
 
-def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0) -> None:
+def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0, schedule: str = "constant") -> None:
     """Make transformers' assisted generation draft as measured with this folder as it is: its generation_config.json
     gets num_assistant_tokens = gamma, a constant schedule and assistant_confidence_threshold = threshold
     (transformers' own defaults for an assistant: 20 tokens, stopping after one it gives probability < 0.4). vLLM
@@ -254,7 +252,7 @@ def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0) -> Non
     if not path.is_file():  # a folder without one takes its generation defaults from config.json: leave it so
         return
     config = json.loads(path.read_text())
-    config.update(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
+    config.update(num_assistant_tokens=gamma, num_assistant_tokens_schedule=schedule,
                   assistant_confidence_threshold=threshold)
     tmp = folder / ".generation_config.json.tmp"
     tmp.write_text(json.dumps(config, indent=2) + "\n")
@@ -274,7 +272,11 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         tmp = info_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)
-    if info.get("evaluations"):
+    policy = info.get("serving_policy") or {}
+    if policy.get("proposer") in ("draft", "heuristic") and str(policy.get("gamma")).isdigit():  # chosen for it
+        set_assistant_gamma(folder, int(policy["gamma"]), float(policy.get("confidence_threshold") or 0.0),
+                            "constant" if policy["proposer"] == "draft" else "heuristic")
+    elif info.get("evaluations"):
         gamma, threshold, _ = serving_gamma(info["evaluations"])
         set_assistant_gamma(folder, gamma, threshold)
     from eval.provenance import weights_hash

@@ -122,9 +122,10 @@ def policy_label(r: dict, name_draft: bool = True) -> str:
     """A record's decoding policy in a few words: who drafts (when the run has several drafts), how, at what gamma."""
     kind = r.get("proposer", "draft")
     who = "" if not name_draft or kind in ("lookup", "router", "transformers lookup") else short(r["draft"]) + " "
-    gamma = r.get("gamma_setting", r["gamma"])
+    gamma = str(r.get("gamma_setting", r["gamma"]))
+    gamma = gamma[len("predicted"):] if gamma.startswith("predicted") else f"={gamma}"  # predicted: "≤<ceiling>"
     stop = f",stop<{r['confidence_threshold']:g}" if r.get("confidence_threshold") else ""
-    return f"{who}{kind} γ={gamma}{stop}"
+    return f"{who}{kind} γ{gamma}{stop}"
 
 
 def policy_plot(records: list[dict], out: Path) -> Path:
@@ -139,7 +140,7 @@ def policy_plot(records: list[dict], out: Path) -> Path:
     no_model = ("lookup", "router", "transformers lookup")
     several = len({r["draft"] for r in records if r.get("proposer") not in no_model}) > 1
     height = max(2.5, 0.32 * max(sum((r["domain"], r["temperature"]) == p for r in records) for p in panels) + 1)
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), height), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.5 * len(panels), 9), height), squeeze=False)
     for ax, (domain, temp) in zip(axes[0], panels):
         rows = [r for r in records if (r["domain"], r["temperature"]) == (domain, temp)]
         rows.sort(key=lambda r: r["speedup"])

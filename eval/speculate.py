@@ -38,7 +38,7 @@ from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup
                             replayed_speedup, theoretical_speedup)
 from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
 from decode.predict_gamma import SurvivalStop, fit_calibration
-from decode.router import Option, RouterProposer
+from decode.router import Option, RouterProposer, with_auto_off
 from decode.schedule import HeuristicGammaProposer
 from decode.tree import TreeProposer, static_tree
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
@@ -104,11 +104,14 @@ def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: 
 
 
 def make_record(draft: str, domain: str, gamma: int, label, temperature: float, n_prompts: int, spec: dict,
-                base: dict, costs: dict, threshold: float = 0.0, level: float = 0.95, proposer: str = "draft") -> dict:
-    """One results.json record from a speculative pass, its target-only baseline and the measured costs."""
+                base: dict, costs: dict, threshold: float = 0.0, level: float = 0.95, proposer: str = "draft",
+                auto_off: bool = False) -> dict:
+    """One results.json record from a speculative pass, its target-only baseline and the measured costs (with
+    `auto_off`, steps that drafted nothing are priced as such: the cost model replays the steps)."""
     stats = acceptance(spec["steps"])
     alpha = stats["alpha"]
-    theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs, proposer)
+    theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs,
+                                              "auto-off" if auto_off else proposer)
     lookup_steps = sum(s.source == "lookup" and s.drafted > 0 for s in spec["steps"])  # steps lookup found a match
     return {"draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma, "gamma_setting": label,
             "temperature": temperature, "confidence_threshold": threshold,
@@ -204,6 +207,11 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                         label = f"predicted≤{gamma}"
                     else:
                         proposer = make_proposer(kind, draft, threshold, target, cfg, drafts, conditions["costs"])
+                    if cfg.get("auto_off") and kind != ROUTER:  # the router has its own
+                        proposer = with_auto_off(proposer, kind if name is None else name,
+                                                 0.0 if kind == "lookup" else costs["draft_step_s"], gamma,
+                                                 costs["target_pass_s"], tree_size(cfg, kind),
+                                                 probe_every=int(cfg.router.probe_every))
                     settings.append(((kind, name), gamma, threshold, label, predicted, proposer, list(arm)))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
@@ -217,8 +225,11 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     costs = conditions["costs"][name or next(iter(drafts))]
                     if kind == ROUTER:
                         costs = {**costs, "router_step_s": router_step_s(drafts, conditions["costs"])}
-                    rec = make_record(name or (ROUTER if kind == ROUTER else LOOKUP), domain, gamma, label, float(temperature), len(prompts), runs[j],
-                                      base, costs, threshold, float(cfg.ci_level), kind)
+                    wrapped = bool(cfg.get("auto_off")) and kind != ROUTER
+                    rec = make_record(name or (ROUTER if kind == ROUTER else LOOKUP), domain, gamma, label,
+                                      float(temperature), len(prompts), runs[j], base, costs, threshold,
+                                      float(cfg.ci_level), kind, wrapped)
+                    rec["auto_off"] = wrapped or kind == ROUTER
                     rec["split"] = cfg.split if not cfg.prompts_file else f"{cfg.split} ({cfg.prompts_file})"
                     rec["arm"] = arm  # (proposer, draft, gamma as asked, threshold): what policy=auto chooses among
                     if predicted is not None:  # what gamma=auto expected of its choice (on tune prompts)
@@ -279,7 +290,7 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                      "lookup": OmegaConf.to_container(cfg.lookup), "max_auto_gamma": cfg.max_auto_gamma}.get(
             {"tree": "tree", "dynamic_tree": "tree", "router": "router", "lookup": "lookup",
              "lookup+draft": "lookup", "predicted": "max_auto_gamma"}.get(kind, ""), None),
-        "tune_speedup_geomean": score, "tune_policies": len({tuple(map(str, r["arm"])) for r in tuned if is_ours(r)}),
+        "auto_off": bool(cfg.get("auto_off")) or kind == ROUTER, "tune_speedup_geomean": score, "tune_policies": len({tuple(map(str, r["arm"])) for r in tuned if is_ours(r)}),
         "target": str(cfg.target), "threads": conditions["threads"], "device": conditions["device"],
         "max_new_tokens": cfg.max_new_tokens, "n_prompts": cfg.n_prompts,
         "test": [{k: r[k] for k in ("domain", "temperature", "gamma", "alpha", "tau", "speedup", "speedup_ci")}
@@ -324,7 +335,8 @@ def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str]
             elif kind == "predicted":
                 arms.append((kind, name, max_auto_gamma, 0.0))
             else:
-                arms += [(kind, name, g, th) for g, th in settings if kind == "draft" or g != "auto"]
+                arms += [(kind, name, g, th) for g, th in settings  # a heuristic schedule under a ceiling of 1
+                         if kind == "draft" or g != "auto" and (kind != "heuristic" or g != 1)]  # is a chain of 1
     if ROUTER in proposers:
         arms.append((ROUTER, None, router_gamma, 0.0))
     return arms
@@ -336,12 +348,16 @@ def tree_depths(cfg: DictConfig) -> dict:
 
 def tree_rows(cfg: DictConfig) -> int:
     """The most tokens a tree asked for puts in one target pass beyond the pending one (0 without trees)."""
-    sizes = [0]
-    if "tree" in cfg.proposers:
-        sizes.append(len(static_tree(list(cfg.tree.branching))) - 1)
-    if "dynamic_tree" in cfg.proposers:
-        sizes.append(min(int(cfg.tree.top_k), int(cfg.tree.width)) + int(cfg.tree.width) * (int(cfg.tree.depth) - 1))
-    return max(sizes)
+    return max([0] + [tree_size(cfg, k) for k in TREES if k in cfg.proposers])
+
+
+def tree_size(cfg: DictConfig, kind: str) -> int | None:
+    """Tokens a tree proposer's target pass verifies beyond the pending one (None for chains)."""
+    if kind == "tree":
+        return len(static_tree(list(cfg.tree.branching))) - 1
+    if kind == "dynamic_tree":
+        return min(int(cfg.tree.top_k), int(cfg.tree.width)) + int(cfg.tree.width) * (int(cfg.tree.depth) - 1)
+    return None
 
 
 def router_step_s(drafts: dict, costs: dict) -> dict:

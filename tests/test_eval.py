@@ -299,8 +299,10 @@ def test_prompt_lookup_alone_and_before_the_draft(tmp_path, tiny_target_dir, tin
 def test_predicted_gamma_trees_and_the_router_are_arms_of_the_same_run(tmp_path, tiny_target_dir, tiny_draft_dir):
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
                                 "proposers=[draft,predicted,tree,dynamic_tree,router]", "tree.branching=[2,1]",
-                                "tree.depth=3", "tree.width=2", "router.max_gamma=3", "max_auto_gamma=4"))
+                                "tree.depth=3", "tree.width=2", "router.max_gamma=3", "max_auto_gamma=4",
+                                "auto_off=true"))  # every policy wrapped in the router's auto-off
     by = {r["proposer"]: r for r in records}
+    assert all(r["auto_off"] for r in records)
     assert set(by) == {"draft", "predicted", "tree", "dynamic_tree", "router"} and by["router"]["draft"] == "router"
     assert by["predicted"]["gamma_setting"] == "predicted≤4" and by["predicted"]["mean_drafted"] <= 4
     assert by["tree"]["gamma"] == 2 and by["dynamic_tree"]["gamma"] == 3

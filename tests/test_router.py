@@ -8,7 +8,7 @@ import torch
 from conftest import first_two_tokens, make_model
 from decode.metrics import hardware_speedup
 from decode.ngram import PromptLookupProposer
-from decode.router import Option, RouterProposer, step_rate
+from decode.router import Option, RouterProposer, step_rate, with_auto_off
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
 from decode.tree import TreeProposer
 
@@ -102,6 +102,7 @@ def test_auto_off_falls_back_to_no_draft_when_the_draft_is_made_slow(pair):
     assert router.step_s["slow"] > step  # it learned the real cost
 
 
+@pytest.mark.integration  # also through real models and KV caches: test_draft_stop.py's integration law test
 @pytest.mark.parametrize("temperature,top_p", [(0.8, None)])
 def test_sampled_output_follows_the_target_law_through_the_router(temperature, top_p):
     """Joint law of the first two emitted tokens over 3k decodings, the router switching between prompt lookup and a
@@ -131,3 +132,17 @@ def test_bad_router_settings_name_the_fix(pair):
         RouterProposer([], PASSES)
     with pytest.raises(ValueError, match="memory"):
         RouterProposer([Option("d", DraftModelProposer(pair[1]), 0.1, [1])], PASSES, memory=0)
+
+
+def test_auto_off_wraps_any_policy_even_a_tree(pair):
+    """A tree that cannot pay (its draft passes priced at 2 target steps) is switched off after its first steps:
+    output still the target's, almost every step a plain target step. Priced cheap, it keeps drafting."""
+    target, draft = pair
+    prompt = [5, 9, 14, 3, 22]
+    dear = with_auto_off(TreeProposer(draft, branching=[2, 1]), "tree", 2.0, 2, PASSES, verified=4, probe_every=8)
+    gen = generate(target, dear, prompt, 2, 40)
+    assert gen.tokens == _reference(target, prompt, 40)
+    assert sum(s.source == "tree" for s in gen.steps) <= 2 + len(gen.steps) // 8
+    cheap = with_auto_off(TreeProposer(target, branching=[2, 1]), "tree", 0.01, 2, PASSES, verified=4)
+    gen = generate(target, cheap, prompt, 2, 40)
+    assert gen.tokens == _reference(target, prompt, 40) and all(s.source == "tree" for s in gen.steps[:-1])
