@@ -286,16 +286,22 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     conditions["policy"] = {
         "proposer": kind if score > 1 else "none", "draft": name, "gamma": gamma, "confidence_threshold": threshold,
         "candidate": {"proposer": kind, "draft": name, "gamma": gamma, "confidence_threshold": threshold},
-        "settings": {"tree": OmegaConf.to_container(cfg.tree), "router": OmegaConf.to_container(cfg.router),
-                     "lookup": OmegaConf.to_container(cfg.lookup), "max_auto_gamma": cfg.max_auto_gamma}.get(
-            {"tree": "tree", "dynamic_tree": "tree", "router": "router", "lookup": "lookup",
-             "lookup+draft": "lookup", "predicted": "max_auto_gamma"}.get(kind, ""), None),
-        "auto_off": bool(cfg.get("auto_off")) or kind == ROUTER, "tune_speedup_geomean": score, "tune_policies": len({tuple(map(str, r["arm"])) for r in tuned if is_ours(r)}),
+        "settings": policy_settings(cfg, kind), "auto_off": bool(cfg.get("auto_off")) or kind == ROUTER,
+        "tune_speedup_geomean": score, "tune_policies": len({tuple(map(str, r["arm"])) for r in tuned if is_ours(r)}),
         "target": str(cfg.target), "threads": conditions["threads"], "device": conditions["device"],
         "max_new_tokens": cfg.max_new_tokens, "n_prompts": cfg.n_prompts,
         "test": [{k: r[k] for k in ("domain", "temperature", "gamma", "alpha", "tau", "speedup", "speedup_ci")}
                  for r in records if is_ours(r)]}
     return records
+
+
+def policy_settings(cfg: DictConfig, kind: str):
+    """The config section a policy of this kind runs with (None for plain chains), for the export's record."""
+    section = {"tree": "tree", "dynamic_tree": "tree", ROUTER: "router", "lookup": "lookup",
+               "lookup+draft": "lookup"}.get(kind)
+    if kind == "predicted":
+        return {"max_auto_gamma": cfg.max_auto_gamma}
+    return OmegaConf.to_container(cfg[section]) if section else None
 
 
 def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos) -> dict:
@@ -323,8 +329,7 @@ def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str]
     """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature):
     prompt lookup alone once per fixed gamma (it needs no draft), then each draft with each other kind (a tree once,
     its depth as gamma; predicted gamma once, max_auto_gamma its ceiling), then the router once (over lookup and
-    every draft). gamma=auto and confidence thresholds
-    apply to a draft model's own drafts only."""
+    every draft). gamma=auto and confidence thresholds apply to a draft model's own drafts only."""
     arms = []
     if "lookup" in proposers:
         arms += [("lookup", None, g, 0.0) for g in dict.fromkeys(g for g, _ in settings if g != "auto")]
