@@ -67,8 +67,8 @@ def test_bad_threshold(pair, threshold):
         DraftModelProposer(pair[1], threshold)
 
 
-@pytest.mark.parametrize("temperature,top_p,threshold", [
-    pytest.param(1.0, None, 0.3, marks=pytest.mark.integration), (0.7, 0.9, 0.5)])
+@pytest.mark.integration  # the fast suite keeps the per-token laws (test_decode.py, test_ngram.py)
+@pytest.mark.parametrize("temperature,top_p,threshold", [(1.0, None, 0.3), (0.7, 0.9, 0.5)])
 def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p, threshold):
     """Joint law of the first two emitted tokens over 4k decodings at gamma=3: TV to the target's exact law <= 0.045
     (sampling noise alone: ~0.025), and drafts of several lengths really happened. (Through real models and their
