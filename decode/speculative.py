@@ -225,7 +225,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         logits = verifier.score(tokens, drafted)
         if isinstance(drafted, TreeDraft):
             accepted, nxt = judge_tree(drafted, logits, params.temperature)
-            g, n, size, judged_rows = drafted.depth, len(accepted), drafted.size, [0] + drafted.path
+            g, n, size = drafted.depth, len(accepted), drafted.size
         else:
             g = size = len(drafted)
             if params.temperature == 0:  # one host transfer of gamma + 1 ids, no one-hot distributions
@@ -235,14 +235,17 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
                 n, nxt = accept_reject(torch.tensor(drafted, device=p.device), q.to(p.device), p, generator)
             else:
                 n, nxt = 0, int(sample(params.probs(logits), generator))
-            accepted, judged_rows = drafted[:n], list(range(n + 1))
+            accepted = drafted[:n]
         t3 = time.perf_counter()
         kept = len(tokens) + n
         tokens += accepted + [nxt]
         verifier.rollback(kept)
         proposer.rollback(kept)
         judged = min(n + 1, g) if g else 0
-        entropies = _entropy(logits[judged_rows[:judged]]) if record_entropy and judged else []
+        entropies = []
+        if record_entropy and judged:  # the target's rows at the judged positions (a tree: along the kept branch)
+            rows = [0] + drafted.path if isinstance(drafted, TreeDraft) else list(range(n + 1))
+            entropies = _entropy(logits[rows[:judged]])
         steps.append(StepLog(g, n, t2 - t1, t3 - t2, entropies, getattr(proposer, "last_source", ""), size, g))
         if eos and any(t in eos for t in tokens[kept - n:]):
             break
