@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-qwen setup-deepspeed demo demo-medical bench-qwen bench-adaptive bench-adaptive-qwen test \
+.PHONY: setup setup-qwen setup-deepspeed demo demo-medical bench-qwen bench-adaptive bench-adaptive-qwen bench-feature test \
 	test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
@@ -63,6 +63,12 @@ bench-adaptive-qwen: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] domains=[code] $(ADAPTIVE_QWEN_BENCH) $(ARGS)
+
+# Draft kinds side by side on the 135M target (docs/feature-drafts.md): standalone, Medusa heads, EAGLE-style draft.
+FEATURE_BENCH ?= gamma=[1,2,3] temperature=[0] n_prompts=8 max_new_tokens=64 repeats=1
+bench-feature: $(STAMP)
+	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: make demo's export and model/draft=eagle / medusa runs' exports"; exit 2; }
+	$(PY) eval/speculate.py drafts=[$(DRAFTS)] domains=[general] $(FEATURE_BENCH) $(ARGS)
 
 # The fast suite (under 2 minutes on 2 cores with a warm venv); prints the slowest tests.
 test: $(STAMP)

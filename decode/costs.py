@@ -7,6 +7,8 @@ import time
 
 import torch
 
+from decode.feature_decoding import step_timer
+from decode.feature_drafts import is_feature_draft
 from decode.speculative import CachedLM
 
 
@@ -84,7 +86,11 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
     passes = list(target_pass_s) if target_pass_s else median_seconds_each(
         [lambda k=k: target_pass(k) for k in range(1, max_k + 1)], repeats)
     out["target_pass_s"] = passes
-    if draft is not None:
+    if draft is not None and is_feature_draft(draft):  # one Medusa head / one EAGLE slot, no model pass
+        out["draft_step_s"] = median_seconds(step_timer(draft, len(context)), repeats,
+                                             between=lambda: target_pass(min(2, max_k)))
+        out["cost_ratio_c"] = out["draft_step_s"] / passes[0]
+    elif draft is not None:
         d_lm = CachedLM(draft, role="draft")
         d_lm.reset()
         d_lm.extend(context, keep=1)

@@ -123,9 +123,14 @@ def load_drafts(paths, tokenizer, target, target_name: str, *, dtype: str = "flo
                 cache_dir: str | Path | None = None, device: str | None = None) -> dict:
     """{path: frozen draft} for exported draft folders (or Hub ids), each checked against the target's
     vocabulary as soon as it loads, before any decoding."""
+    from decode.feature_export import feature_kind_of, load_feature_draft
+
     drafts = {}
     for path in paths:
-        draft = load_frozen(str(path), dtype=dtype, cache_dir=cache_dir, device=device)
+        if feature_kind_of(path):  # Medusa heads / EAGLE-style draft: attached to the target's embeddings and head
+            draft = load_feature_draft(path, target, DTYPES[dtype]).requires_grad_(False)
+        else:
+            draft = load_frozen(str(path), dtype=dtype, cache_dir=cache_dir, device=device)
         check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cache_dir), target, draft,
                          str(target_name), str(path))
         drafts[str(path)] = draft

@@ -67,6 +67,13 @@ class RouterProposer:
         self.step_s = {o.name: float(o.step_s) for o in options}
         if any(isinstance(getattr(o.proposer, "make_verifier", None), type) for o in options):
             self.make_verifier = TreeVerifier  # it scores chains as well as trees
+        feature = [o.proposer for o in options if callable(getattr(o.proposer, "make_verifier", None))
+                   and not isinstance(o.proposer.make_verifier, type)]
+        if feature:  # a feature draft (decode/feature_decoding.py) reads its own verifier's hidden states
+            if len(feature) > 1 or len(feature) < len([o for o in options if hasattr(o.proposer, "make_verifier")]):
+                raise ValueError("A feature draft (Medusa, EAGLE-style) can be routed only with proposers that use a "
+                                 "plain chain verifier (prompt lookup, standalone drafts), and one at a time.")
+            self.make_verifier = feature[0].make_verifier
         self.last_source = ""
         self.counts = {o.name: [0.0, 0.0] for o in options}  # discounted accepted, judged
         self.idle = {o.name: 0 for o in options}

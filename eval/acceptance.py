@@ -120,6 +120,12 @@ def score(target, drafts: dict, sequences: list[tuple[list[int], list[int]]], te
 
 
 def load_models(cfg: DictConfig):
+    from decode.feature_export import feature_kind_of
+
+    features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
+    if features:
+        raise ValueError(f"{', '.join(features)}: feature drafts (Medusa, EAGLE-style) are measured by decoding. Fix: "
+                         "python eval/speculate.py drafts=[...] (eval/acceptance.py replays standalone drafts).")
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,

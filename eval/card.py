@@ -159,6 +159,8 @@ def render(info: dict, name: str) -> str:
         lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
     lines += _provenance_lines(evals, info.get("weights_sha256"))
     lines += _policy_lines(info.get("serving_policy"))
+    if info.get("draft_kind") in FEATURE_USAGE:
+        return "\n".join(lines + _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target))
     lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
               "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -182,6 +184,33 @@ def render(info: dict, name: str) -> str:
               f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
               "```", ""]
     return "\n".join(lines)
+
+
+FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over the target's last hidden states, in the "
+                           "`speculators` layout (`speculators_model_type: eagle`)", "eagle"),
+                 "medusa": ("Medusa heads on the target's last hidden state, in vLLM's Medusa layout", "medusa")}
+
+
+def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str) -> list[str]:
+    """Usage of a feature draft: it needs the target's hidden states, so transformers' assisted generation cannot run
+    it; Draftsmith's decoder and serving engines' own methods can."""
+    what, method = FEATURE_USAGE[kind]
+    lines = ["", "## Usage", "", f"This folder holds {what}. It reads the target's hidden states and shares its "
+             "embeddings and LM head (not stored here), so it runs only next to that exact target, and transformers' "
+             "`assistant_model` cannot run it.", "", why] + (["", caveat] if caveat else [])
+    lines += ["", "Draftsmith's decoder (the one measured above):", "", "```bash",
+              f"python eval/speculate.py target={serving_target} drafts=[<path to this folder>] gamma=[{gamma}]",
+              "```", "", "vLLM (the layout vLLM reads; not run on the machine that measured this card):", "",
+              "```python", "from vllm import LLM",
+              f'llm = LLM(model="{serving_target}", speculative_config={{"method": "{method}",',
+              f'          "model": "<path to this folder>", "num_speculative_tokens": {gamma}}})', "```", ""]
+    if kind == "eagle":
+        lines += ["SGLang (EAGLE; not run here):", "", "```bash",
+                  f"python -m sglang.launch_server --model-path {serving_target} \\",
+                  "  --speculative-algorithm EAGLE --speculative-draft-model-path <path to this folder> \\",
+                  f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
+                  "```", ""]
+    return lines
 
 
 POLICY_NAMES = {"draft": "a chain of the draft's tokens", "heuristic": "the draft with transformers' heuristic γ schedule",
@@ -273,7 +302,9 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)
     policy = info.get("serving_policy") or {}
-    if policy.get("proposer") in ("draft", "heuristic") and str(policy.get("gamma")).isdigit():  # chosen for it
+    if info.get("draft_kind") in FEATURE_USAGE:  # no assisted-generation keys: transformers cannot run it
+        pass
+    elif policy.get("proposer") in ("draft", "heuristic") and str(policy.get("gamma")).isdigit():  # chosen for it
         set_assistant_gamma(folder, int(policy["gamma"]), float(policy.get("confidence_threshold") or 0.0),
                             "constant" if policy["proposer"] == "draft" else "heuristic")
     elif info.get("evaluations"):

@@ -28,6 +28,9 @@ from omegaconf import DictConfig, OmegaConf
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import decoding_context, measure_costs
 from decode.draft_vocab import restrict_vocab
+from decode.feature_decoding import draft_proposer
+from decode.feature_drafts import is_feature_draft
+from decode.feature_export import feature_kind_of
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from decode.replay import best_rule, draft_positions
@@ -184,7 +187,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
             for name, draft in drafts.items():  # warm-up and cost model, once per draft
                 first = name not in conditions["costs"]
                 progress.update(task, description=f"{domain}: warm-up" + (", cost model" if first else ""))
-                generate(target, DraftModelProposer(draft, max(thresholds_of(cfg))), prompts[0], 2, 8)
+                generate(target, draft_proposer(draft, max(thresholds_of(cfg))), prompts[0], 2, 8)
                 if first:  # the target's passes are timed once, with the first draft: every draft shares them
                     shared = next(iter(conditions["costs"].values()), {}).get("target_pass_s")
                     conditions["costs"][name] = measure_costs(
@@ -375,8 +378,8 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
     """The proposer of one arm: the draft model; the draft model with transformers' heuristic schedule (gamma is the
     ceiling); prompt lookup; lookup with the draft model where none matches; a static or dynamic token tree; or the
     router over prompt lookup and every draft (`drafts`, priced by their measured `costs`)."""
-    if kind == "draft":
-        return DraftModelProposer(draft, threshold)
+    if kind == "draft":  # a feature draft (Medusa, EAGLE-style) brings its own proposer and verifier
+        return draft_proposer(draft, threshold)
     if kind == "heuristic":
         return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
     if kind == "tree":
@@ -490,6 +493,12 @@ def check_eval_config(cfg: DictConfig) -> None:
                          f"prompts, report it on the test prompts), got {cfg.policy!r}.")
     if cfg.get("policy") == "auto" and cfg.split != "test":
         raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
+    features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
+    if features and (set(cfg.proposers) != {"draft"} or "auto" in gammas or cfg.compile or cfg.get("policy")):
+        raise ValueError(f"{', '.join(features)}: feature drafts (Medusa heads, EAGLE-style) decode as chains of their own "
+                         "(proposers=[draft]) with fixed gammas, compile=false and no policy=auto. Fix: "
+                         "proposers=[draft] gamma=[1,3] compile=false (measure standalone drafts' other policies in "
+                         "another run).")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
         raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
@@ -504,11 +513,14 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)
     # transformers' assisted generation gets float copies with full heads, as a user runs it
-    hf_drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
+    standalone = [d for d in cfg.drafts if not feature_kind_of(d)]  # transformers cannot run feature drafts
+    hf_drafts = load_drafts(standalone, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                             cache_dir=cfg.cache_dir, device=cfg.device) if "assisted" in cfg.transformers else {}
     special = special_token_ids(tokenizer, target)
     vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special)[1] for name, draft in drafts.items()}
-    quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
+    # feature drafts stay in float: their layers are a small part of a step
+    quant = {name: quantize_draft(draft, "none" if is_feature_draft(draft) else cfg.draft_quant)[1]
+             for name, draft in drafts.items()}
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     # The cost model spans gamma = 1..max_auto_gamma, so its verdict can name a gamma not asked for; compiled,
     # every pass shape compiles first, so it spans the gammas asked for (and max_auto_gamma with gamma=auto).

@@ -15,10 +15,12 @@ import lightning as L
 import torch
 
 from decode.draft_vocab import restrict_vocab
+from decode.feature_decoding import draft_proposer
+from decode.feature_drafts import is_feature_draft
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
+from decode.speculative import NoProposer, SamplingParams, generate, generate_all
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +55,13 @@ class SpeculativeEval(L.Callback):
         run = dict(max_new_tokens=self.max_new_tokens, params=self.params, eos_token_ids=self.eos, seed=self.seed)
         trained = draft  # decoded from copies: the trained weights stay as they are
         draft, vocab = restrict_vocab(draft, self.draft_vocab, self.special_ids, copy=True)
-        draft, quant = quantize_draft(draft, self.draft_quant, copy=draft is trained)
+        # feature drafts stay in float: their layers are a small part of a step
+        draft, quant = quantize_draft(draft, "none" if is_feature_draft(draft) else self.draft_quant,
+                                      copy=draft is trained)
         with fast_cpu_linears([target, draft], self.gamma + 1, self.cpu_matmul):
-            generate(target, DraftModelProposer(draft, self.threshold), prompts[0], self.gamma, 4)  # warm-up
+            generate(target, draft_proposer(draft, self.threshold), prompts[0], self.gamma, 4)  # warm-up
             base = generate_all(target, NoProposer(), prompts, 0, **run)
-            spec = generate_all(target, DraftModelProposer(draft, self.threshold), prompts, self.gamma, **run)
+            spec = generate_all(target, draft_proposer(draft, self.threshold), prompts, self.gamma, **run)
         stats = acceptance(spec["steps"])
         base_tok_s, spec_tok_s = base["new_tokens"] / base["seconds"], spec["new_tokens"] / spec["seconds"]
         return {"alpha": stats["alpha"], "tau": stats["tau"], "speedup": spec_tok_s / base_tok_s,

@@ -73,6 +73,7 @@ def check_config(cfg: DictConfig) -> None:
     loss_fn = get_loss(cfg.loss.name, **OmegaConf.to_container(cfg.loss.params))
     if loss_fn is not None:  # bad loss parameters (jsd beta, skew_kl skew) fail here, before any model loads
         loss_fn(torch.zeros(1, 2), torch.zeros(1, 2), cfg.loss.temperature)
+    check_feature_draft(cfg)
     if cfg.data.block_size < 2 or cfg.data.batch_size < 1:
         raise ValueError("data.block_size must be >= 2 and data.batch_size >= 1.")
     if cfg.optim.lr <= 0:
@@ -157,6 +158,20 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
         generate_store(settings, target=target, tokenizer=tokenizer)
 
 
+def check_feature_draft(cfg: DictConfig) -> None:
+    """Medusa heads and the EAGLE-style draft read the live target's hidden states and share its embeddings/head."""
+    d = cfg.model.draft
+    if d.kind not in ("medusa", "eagle"):
+        return
+    fixes = {"teacher=live (the draft reads the target's features every step)": cfg.teacher != "live",
+             "onpolicy.fraction=0": cfg.onpolicy.fraction > 0, "lora.enabled=false": cfg.lora.enabled}
+    wrong = [fix for fix, bad in fixes.items() if bad]
+    if wrong:
+        raise ValueError(f"model.draft.kind={d.kind} (a feature draft) needs " + ", ".join(wrong) + ".")
+    if d.get("loss_decay", 0.8) <= 0 or d.get("unroll_steps", 1) < 1:
+        raise ValueError("model.draft.loss_decay must be > 0 and model.draft.unroll_steps >= 1.")
+
+
 def data_module_kwargs(cfg: DictConfig, data_cfg: dict) -> dict:
     return dict(sources=data_cfg["sources"], block_size=data_cfg["block_size"], batch_size=data_cfg["batch_size"],
                 eval_batch_size=data_cfg["eval_batch_size"], max_train_tokens=data_cfg["max_train_tokens"],
@@ -178,7 +193,8 @@ def build_models(cfg: DictConfig):
     draft = build_draft(target, d.kind, layers=d.get("layers"), config=d.get("config"),
                         copy_embeddings=d.get("copy_embeddings", True), name_or_path=d.get("name_or_path"),
                         train_embeddings=d.train_embeddings, dtype=d.dtype, cache_dir=cache, seed=cfg.seed,
-                        source=d.get("source"))
+                        source=d.get("source"), num_heads=d.get("num_heads", 3), num_layers=d.get("num_layers", 1),
+                        init_layer=d.get("init_layer", -1))
     check_same_vocab(tokenizer, draft_tokenizer, target, draft, t.name_or_path, f"draft ({d.kind})")
     if cfg.lora.enabled:  # e.g. a general draft adapted to a domain: only the adapters train
         draft = add_lora(draft, lora_settings(cfg.lora))
@@ -264,7 +280,8 @@ def train(cfg: DictConfig) -> dict:
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
                                    teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer))
     run_name, tags = run_name_and_tags(cfg, draft)
-    meta = {"target": cfg.model.target.name_or_path, "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),
+    meta = {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
+            "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
             "config": OmegaConf.to_container(cfg, resolve=True),
             "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None}
@@ -276,7 +293,9 @@ def train(cfg: DictConfig) -> dict:
                            warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
                            onpolicy=OmegaConf.to_container(cfg.onpolicy),
                            train_vocab=cfg.model.draft.get("train_vocab"),
-                           special_ids=special_token_ids(tokenizer, target))
+                           special_ids=special_token_ids(tokenizer, target),
+                           feature={"decay": cfg.model.draft.get("loss_decay", 0.8),
+                                    "steps": cfg.model.draft.get("unroll_steps", 1)})
 
     ckpt_dir = output_dir / "checkpoints"
     monitor = cfg.checkpoint.monitor
@@ -345,7 +364,9 @@ def train(cfg: DictConfig) -> dict:
              cfg.spec_eval.gamma, decoding_conditions(spec_eval.last if spec_eval else {}), metrics_table(before, after))
     log.info("checkpoint: %s", last)
     if "export" in summary:
-        log.info("export:     %s  (load with AutoModelForCausalLM.from_pretrained)", summary["export"])
+        log.info("export:     %s  (%s)", summary["export"], "a feature draft: eval/speculate.py and serving engines "
+                 "load it next to its target" if cfg.model.draft.kind in ("medusa", "eagle")
+                 else "load with AutoModelForCausalLM.from_pretrained")
         if spec_eval is None:  # nothing decoded during training: say how to measure the export
             log.info("next:       python eval/speculate.py target=%s drafts=[%s] update_card=true  (alpha, speedup; "
                      "fills the model card)", cfg.model.target.name_or_path, summary["export"])

@@ -1,5 +1,6 @@
 """Build a draft model for a given target: truncated target (or truncated smaller family member), fresh small
-model, or pretrained model.
+model, pretrained model, or a feature draft that reads the target's hidden states (Medusa heads, EAGLE-style layer:
+decode/feature_drafts.py).
 
 Every draft built here shares the target's vocabulary, by construction (truncated, fresh) or by check
 (pretrained or a truncation `source`, see decode.loading.check_same_vocab).
@@ -13,6 +14,7 @@ import re
 import torch
 from transformers import AutoModelForCausalLM
 
+from decode.feature_drafts import EagleDraft, MedusaHeads
 from decode.loading import DTYPES, load_causal_lm
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
@@ -74,10 +76,17 @@ def fresh_draft(target, overrides: dict, copy_embeddings: bool = True, dtype: st
 
 def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings: bool = True,
                 name_or_path: str | None = None, train_embeddings: bool = True, dtype: str = "float32",
-                cache_dir=None, seed: int = 0, source: str | None = None):
-    """Dispatch on `kind` (truncated | fresh | pretrained); optionally freeze the (tied) embeddings.
+                cache_dir=None, seed: int = 0, source: str | None = None, num_heads: int = 3, num_layers: int = 1,
+                init_layer: int | None = -1):
+    """Dispatch on `kind` (truncated | fresh | pretrained | medusa | eagle); optionally freeze the (tied) embeddings.
     kind=truncated cuts `source` (a folder, Hub id or embedded: name of a smaller model with the target's
-    vocabulary) when given, else the target itself."""
+    vocabulary) when given, else the target itself. Feature drafts share the target's embeddings and head (frozen):
+    medusa has `num_heads` heads of `num_layers` residual blocks; eagle's layer starts as the target's `init_layer`."""
+    if kind in ("medusa", "eagle"):
+        torch.manual_seed(seed)
+        draft = (MedusaHeads.from_target(target, num_heads, num_layers) if kind == "medusa"
+                 else EagleDraft.from_target(target, init_layer))
+        return draft.to(DTYPES[dtype]).train()
     if kind == "truncated":
         donor = load_causal_lm(source, dtype="float32", cache_dir=cache_dir) if source else target
         draft = truncated_draft(donor, list(layers or []), dtype=dtype)
@@ -89,7 +98,7 @@ def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings:
             raise ValueError("model.draft.kind=pretrained needs model.draft.name_or_path (a folder or Hub id).")
         draft = load_causal_lm(name_or_path, dtype=dtype, cache_dir=cache_dir)
     else:
-        raise ValueError(f"model.draft.kind must be truncated, fresh or pretrained, got '{kind}'.")
+        raise ValueError(f"model.draft.kind must be truncated, fresh, pretrained, medusa or eagle, got '{kind}'.")
     draft.train()
     if not train_embeddings:
         draft.get_input_embeddings().requires_grad_(False)

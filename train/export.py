@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from decode.feature_drafts import FEATURE_KINDS, feature_draft_from_config, is_feature_draft
+from decode.feature_export import write_feature_weights
 from eval.card import write_card
 
 CHECKPOINT_KEY = "draftsmith"  # the entry a Draftsmith checkpoint carries besides Lightning's own
@@ -57,9 +59,13 @@ def draft_from_checkpoint(ckpt: dict):
 
     meta = ckpt[_META]
     config_dict = dict(meta["draft_config"])
+    state = {k[len("draft."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("draft.")}
+    if config_dict.get("draft_kind") in FEATURE_KINDS:  # Medusa heads / EAGLE-style draft (decode/feature_drafts.py)
+        model = feature_draft_from_config(config_dict)
+        model.load_state_dict(state, strict=True)
+        return model.eval()
     config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    state = {k[len("draft."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("draft.")}
     if meta.get("lora"):  # LoRA-trained: rebuild the adapters, load, then merge them into plain weights
         from train.lora import add_lora, merge_lora
 
@@ -83,9 +89,14 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        if dtype:
-            model = model.to(getattr(torch, dtype))
-        model.save_pretrained(tmp, safe_serialization=True)
+        if is_feature_draft(model):  # the serving layout (decode/feature_export.py); the target's head is not stored
+            info = {**(info or {}), "draft_kind": model.draft_kind, "draft_config": model.config_dict()}
+            write_feature_weights(model, tmp, str(info.get("target")), info.get("target_architectures") or (),
+                                  dtype=dtype)
+        else:
+            if dtype:
+                model = model.to(getattr(torch, dtype))
+            model.save_pretrained(tmp, safe_serialization=True)
         for name, blob in tokenizer_files.items():
             (tmp / name).write_bytes(blob)
         (tmp / "draftsmith.json").write_text(json.dumps(info or {}, indent=2, default=str))
@@ -111,7 +122,8 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     cfg = meta.get("config") or {}
     training = {"loss": (cfg.get("loss") or {}).get("name"), "data": (cfg.get("data") or {}).get("name"),
                 "steps": ckpt.get("global_step"), "lora": bool(meta.get("lora"))}
-    info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"), "run_name": meta.get("run_name"),
+    info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"),
+            "target_architectures": meta.get("target_architectures"), "run_name": meta.get("run_name"),
             "global_step": ckpt.get("global_step"), "training": training, **(extra_info or {})}
     return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info, dtype=dtype)
 

@@ -194,6 +194,13 @@ def _mixed(distill: torch.Tensor | None, logits: torch.Tensor, next_ids: torch.T
     return total
 
 
+def loss_mask(labels: torch.Tensor) -> torch.Tensor:
+    """Position t predicts token t+1: it counts when labels[t+1] is not -100."""
+    mask = torch.zeros_like(labels, dtype=torch.bool)
+    mask[:, :-1] = labels[:, 1:] != -100
+    return mask
+
+
 def chunked_distill(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor | None, student_head: Callable,
                     teacher_head: Callable | None, mask: torch.Tensor, loss_fn: Callable = forward_kl,
                     temperature: float = 1.0, chunk_size: int = 1024, metrics: bool = False,

@@ -16,7 +16,9 @@ import torch
 from train.export import CHECKPOINT_KEY as _META
 from train.onpolicy import draft_continuations, is_onpolicy_step
 from train.train_vocab import kept_head, remap
-from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, own_precision
+from decode.feature_drafts import is_feature_draft
+from train.feature_loss import feature_distill
+from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, loss_mask, own_precision
 
 
 
@@ -24,13 +26,6 @@ def final_hidden(model, batch) -> torch.Tensor:
     """Last hidden states of a causal LM, without computing the full (batch, seq, vocab) logits."""
     decoder = model.get_decoder()
     return decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state
-
-
-def loss_mask(labels: torch.Tensor) -> torch.Tensor:
-    """Position t predicts token t+1: it counts when labels[t+1] is not -100."""
-    mask = torch.zeros_like(labels, dtype=torch.bool)
-    mask[:, :-1] = labels[:, 1:] != -100
-    return mask
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -46,7 +41,7 @@ class DistillModule(L.LightningModule):
                  ce_weight: float = 0.0, loss_params: dict | None = None, onpolicy: dict | None = None,
                  lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
                  min_lr_ratio: float = 0.1, meta: dict | None = None, train_vocab: int | None = None,
-                 special_ids=()):
+                 special_ids=(), feature: dict | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["target", "draft", "meta", "special_ids"])
         # target None: the teacher is a logit cache that comes with each batch (train/teacher_cache.py)
@@ -56,6 +51,7 @@ class DistillModule(L.LightningModule):
         self.ce_weight = 1.0 if loss == CROSS_ENTROPY else ce_weight  # the baseline is cross-entropy alone
         self.meta = dict(meta or {})
         self.onpolicy = dict(onpolicy or {"fraction": 0.0})  # fraction, prompt_tokens, new_tokens, temperature
+        self.feature = dict(feature or {"decay": 0.8, "steps": 1})  # feature drafts: loss decay per head/depth, TTT depths
         self._last_step_time: float | None = None
         self._kept = None  # train_vocab: (kept ids, frozen head over them), train/train_vocab.py
         if train_vocab:
@@ -74,6 +70,11 @@ class DistillModule(L.LightningModule):
         """Training uses the configured loss; validation also measures the target-agreement metrics, and its
         `val/loss` is the same mixture so runs with one loss compare."""
         labels = batch["labels"]
+        if is_feature_draft(self.draft):  # Medusa heads / EAGLE-style draft: train/feature_loss.py
+            return feature_distill(self.draft, self.target, batch, self.loss_fn, temperature=self.hparams.temperature,
+                                   chunk_size=self.hparams.chunk_size, ce_weight=self.ce_weight, metrics=metrics,
+                                   decay=float(self.feature["decay"]), steps=int(self.feature["steps"]),
+                                   kept=self._kept_head() if self._kept is not None else None)
         if self.target is None:  # cached teacher: sparse forward KL against the target's stored top-k
             return chunked_sparse_distill(final_hidden(self.draft, batch), self.draft.get_output_embeddings(),
                                           loss_mask(labels), batch["teacher_ids"], batch["teacher_logp"],
@@ -127,6 +128,8 @@ class DistillModule(L.LightningModule):
         n = max(int(out["tokens"]), 1)
         for key in ("kl", "top1_agree", "expected_accept"):
             self.log(f"val/{key}", out[key], on_epoch=True, batch_size=n, prog_bar=key != "kl", sync_dist=True)
+        for key in (k for k in out if k.startswith("top1_agree_")):  # feature drafts: each head / depth
+            self.log(f"val/{key}", out[key], on_epoch=True, batch_size=n, sync_dist=True)
         self.log("val/loss", out["loss"], on_epoch=True, batch_size=n, sync_dist=True)
 
     def on_validation_start(self):
@@ -152,7 +155,8 @@ class DistillModule(L.LightningModule):
         state = checkpoint["state_dict"]
         for key in [k for k in state if k.startswith("target.")]:
             del state[key]
-        checkpoint[_META] = {**self.meta, "draft_config": self.draft.config.to_dict()}
+        config = self.draft.config_dict() if is_feature_draft(self.draft) else self.draft.config.to_dict()
+        checkpoint[_META] = {**self.meta, "draft_config": config}
 
     def on_load_checkpoint(self, checkpoint):
         if _META not in checkpoint:

@@ -1,0 +1,205 @@
+"""Decoding with drafts that read the target's features (decode/feature_drafts.py), through the main loop.
+
+`FeatureVerifier` is the chain verifier that also keeps the target's final hidden state at every position it has
+cached (rolled back with the cache): the features come from the verify pass that already ran, so a feature draft
+costs no target pass and no draft prefill of its own. `MedusaProposer` and `EagleProposer` bring it as their
+verifier (`make_verifier`) and read it when they draft.
+
+Both keep the main loop's laws: the target's pass is unchanged (greedy output identical), and when sampling they
+return the distribution each token was drawn from, so accept/reject stays lossless. With `confidence_threshold`
+they stop after a drafted token they give less probability than that (as DraftModelProposer does).
+
+    proposer = draft_proposer(draft)          # any draft: a feature draft's proposer or DraftModelProposer
+    generate(target, proposer, prompt, gamma=3, max_new_tokens=64)
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from decode.feature_drafts import is_feature_draft
+from decode.sampling import sample
+from decode.speculative import ChainVerifier, DraftModelProposer, draft_confidence
+
+
+class FeatureVerifier(ChainVerifier):
+    """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        self.features = None
+
+    def start(self, prompt):
+        self.lm.reset()
+        if self.lm.static is not None:
+            raise ValueError("Feature drafts (medusa, eagle) read the target's hidden states, which the compiled "
+                             "static-cache path does not return. Fix: compile=false.")
+        hidden = self.lm.model.get_output_embeddings().weight.shape[1]
+        self.features = torch.empty(0, hidden, device=self.lm.model.device)
+        if len(prompt) > 1:
+            self._extend(prompt[:-1], keep=1)
+
+    @torch.inference_mode()
+    def _extend(self, ids: list[int], keep: int) -> torch.Tensor:
+        lm = self.lm
+        out = lm.model.get_decoder()(input_ids=torch.tensor([ids], device=lm.model.device), cache=lm.cache,
+                                     use_cache=True)
+        hidden = out.last_hidden_state[0]
+        lm.length += len(ids)
+        self.features = torch.cat([self.features, hidden.float()])
+        return lm.model.get_output_embeddings()(hidden[-keep:]).float()
+
+    def score(self, tokens, drafted):
+        return self._extend(tokens[self.lm.length:] + drafted, keep=len(drafted) + 1)
+
+    def rollback(self, keep):
+        self.lm.rollback(keep)
+        self.features = self.features[:keep]
+
+
+class _FeatureProposer:
+    def __init__(self, draft, confidence_threshold: float = 0.0):
+        if not 0.0 <= confidence_threshold < 1.0:
+            raise ValueError(f"confidence_threshold must be in [0, 1), got {confidence_threshold}.")
+        self.draft, self.threshold = draft, confidence_threshold
+        self.verifier: FeatureVerifier | None = None
+
+    def make_verifier(self, target) -> FeatureVerifier:
+        self.verifier = FeatureVerifier(target)
+        return self.verifier
+
+    def _features(self) -> torch.Tensor:
+        if self.verifier is None:
+            raise RuntimeError("A feature draft reads the verifier's hidden states: let generate() build its verifier "
+                               "(do not pass verifier=...).")
+        return self.verifier.features
+
+    def _pick(self, logits: torch.Tensor, params, generator) -> tuple[int, torch.Tensor | None, float]:
+        """(token, the distribution it was drawn from or None when greedy, the draft's confidence in it)."""
+        if params.temperature == 0:
+            token = int(logits.argmax())
+            return token, None, draft_confidence(logits, token) if self.threshold else 1.0
+        q = params.probs(logits)
+        token = int(sample(q, generator))
+        return token, q, float(q[token])
+
+    def rollback(self, keep):
+        pass
+
+
+class MedusaProposer(_FeatureProposer):
+    """Up to min(gamma, K) tokens, head k's guess for the token k after the pending one."""
+
+    @torch.inference_mode()
+    def propose(self, tokens, gamma, params, generator):
+        features = self._features()
+        if gamma == 0 or len(features) < len(tokens) - 1 or len(tokens) < 2:
+            return [], torch.empty(0)
+        feature = features[len(tokens) - 2][None].to(self.draft.device, next(self.draft.parameters()).dtype)
+        head = self.draft.get_output_embeddings()
+        drafted, probs = [], []
+        for state in self.draft.head_states(feature, min(gamma, self.draft.num_heads)):
+            token, q, conf = self._pick(head(state)[0].float(), params, generator)
+            drafted.append(token)
+            if q is not None:
+                probs.append(q)
+            if conf < self.threshold:
+                break
+        return drafted, torch.stack(probs) if probs else torch.empty(0)
+
+    def start(self, prompt):
+        pass
+
+
+class EagleProposer(_FeatureProposer):
+    """The one-layer draft over the target's features, autoregressive over its own predicted features. Its KV cache
+    holds one slot per position whose true feature is known; slots of guessed features are dropped after each step."""
+
+    def start(self, prompt):
+        self.cache = DynamicCache(config=self.draft.layer_config)
+        self.length = 0  # true slots cached: slot j read the feature at j and token j+1
+        self.last = None  # the last true slot's predicted next feature
+        self._catch_up(prompt)
+
+    @torch.inference_mode()
+    def _catch_up(self, tokens: list[int]) -> torch.Tensor | None:
+        """Feed every slot whose feature and next token are known; the last one's predicted next feature (None
+        before any slot)."""
+        m = len(tokens) - 1
+        features = self._features()
+        if m > self.length and len(features) >= m:
+            device = self.draft.device
+            ids = torch.tensor([tokens[self.length + 1: m + 1]], device=device)
+            positions = torch.arange(self.length, m, device=device)[None]
+            out = self.draft(features[self.length: m][None].to(device), ids, positions, cache=self.cache)
+            self.length, self.last = m, out[:, -1:]
+        return self.last if self.length == m else None
+
+    @torch.inference_mode()
+    def propose(self, tokens, gamma, params, generator):
+        predicted = self._catch_up(tokens) if gamma else None
+        if predicted is None:
+            return [], torch.empty(0)
+        m, device = self.length, self.draft.device
+        drafted, probs = [], []
+        for i in range(gamma):
+            token, q, conf = self._pick(self.draft.logits(predicted[0, -1]).float(), params, generator)
+            drafted.append(token)
+            if q is not None:
+                probs.append(q)
+            if i + 1 == gamma or conf < self.threshold:
+                break
+            predicted = self.draft(predicted, torch.tensor([[token]], device=device),
+                                   torch.tensor([[m + i]], device=device), cache=self.cache)
+        _crop(self.cache, self.length)  # the guessed slots go; the true ones stay
+        return drafted, torch.stack(probs) if probs else torch.empty(0)
+
+    def rollback(self, keep):
+        if self.length > keep:  # never in the main loop (true slots end before the kept tokens); kept for safety
+            _crop(self.cache, keep)
+            self.length, self.last = keep, None
+
+
+def _crop(cache, keep: int) -> None:
+    """Keep the first `keep` slots (transformers 5's `crop` takes minus the count to drop)."""
+    extra = cache.get_seq_length() - keep
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def draft_proposer(draft, confidence_threshold: float = 0.0, stop_rule=None):
+    """The chain proposer for any draft: a feature draft's own, else DraftModelProposer."""
+    if not is_feature_draft(draft):
+        return DraftModelProposer(draft, confidence_threshold, stop_rule)
+    if stop_rule is not None:
+        raise ValueError("Predicted gamma (proposers=[predicted]) is built for standalone drafts, not for "
+                         f"{draft.draft_kind} drafts. Fix: proposers=[draft].")
+    return (EagleProposer if draft.draft_kind == "eagle" else MedusaProposer)(draft, confidence_threshold)
+
+
+def step_timer(draft, context_len: int):
+    """A callable running one draft step of a feature draft after `context_len` cached slots (the cost model's
+    draft step): one Medusa head, or one EAGLE slot (its KV cache cropped back after each call)."""
+    device = draft.device
+    dtype = next(draft.parameters()).dtype
+    feature = torch.zeros(1, 1, draft.hidden_size, device=device, dtype=dtype)
+    head = draft.get_output_embeddings()
+    if draft.draft_kind == "medusa":
+        def medusa_step():
+            with torch.inference_mode():
+                head(draft.head_states(feature[0], 1)[0])
+        return medusa_step
+    cache = DynamicCache(config=draft.layer_config)
+    with torch.inference_mode():
+        n = max(1, context_len)
+        draft(feature.expand(1, n, -1), torch.zeros(1, n, dtype=torch.long, device=device),
+              torch.arange(n, device=device)[None], cache=cache)
+
+    def eagle_step():
+        with torch.inference_mode():
+            out = draft(feature, torch.zeros(1, 1, dtype=torch.long, device=device),
+                        torch.tensor([[n]], device=device), cache=cache)
+            draft.logits(out[0, -1])
+            _crop(cache, n)
+    return eagle_step

@@ -1,0 +1,249 @@
+"""Drafts that read the target's own hidden states: Medusa heads and an EAGLE-style one-layer feature draft.
+
+A *feature* here is the target's last hidden state at a position, after its final norm: the vector its LM head
+reads (`final_hidden`). Both drafts share the target's embeddings and LM head (frozen, never stored in their
+weights): they are attached at build or load time (`attach`), as serving engines attach them from the verifier.
+
+- `MedusaHeads` (Medusa-1): head k (k = 1..K) maps the feature at position t through its residual blocks to a
+  vector the target's LM head turns into a guess of token t+1+k. One verify pass gives the feature; the K heads
+  draft K tokens at once, independently of each other (no draft cache, no autoregression).
+- `EagleDraft` (EAGLE-1 with HASS-style norms, speculators' layout): slot t reads the feature at t and the
+  embedding of token t+1 (`fusion_fc` over their concatenation), runs one decoder layer of the target's own
+  architecture over the slots so far (its own KV cache), and predicts the feature at t+1, whose logits (through
+  `pre_lm_head_layernorm` and the LM head) guess token t+2. Drafting continues autoregressively by feeding its own
+  output back as the next slot's feature.
+
+Parameters and weight names follow vLLM's formats (decode/feature_export.py writes and reads them).
+
+    draft = EagleDraft.from_target(target)        # or MedusaHeads.from_target(target, num_heads=3)
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, PretrainedConfig
+
+FEATURE_KINDS = ("medusa", "eagle")
+
+
+def is_feature_draft(model) -> bool:
+    return getattr(model, "draft_kind", None) in FEATURE_KINDS
+
+
+def final_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The model's last hidden states after its final norm, (B, T, H), without computing any logits."""
+    return model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+
+
+class _Shared:
+    """The target's embeddings and LM head, held without registering them as submodules: they stay out of the draft's
+    state_dict, optimizer and checkpoints, and move with the target."""
+
+    def __init__(self, embed: nn.Module | None, head: nn.Module | None):
+        self.embed, self.head = embed, head
+
+
+class FeatureDraft(nn.Module):
+    draft_kind = ""
+
+    def attach(self, target) -> "FeatureDraft":
+        """Share `target`'s embeddings and LM head (checked against this draft's hidden size)."""
+        head = target.get_output_embeddings()
+        if head.weight.shape[1] != self.hidden_size:
+            raise ValueError(f"This {self.draft_kind} draft has hidden size {self.hidden_size}, the target "
+                             f"{head.weight.shape[1]}: it was trained for another target. Fix: use the target named in "
+                             "its config.json (speculators_config.verifier / base_model_name_or_path).")
+        self._shared = _Shared(target.get_input_embeddings(), head)
+        return self
+
+    def get_output_embeddings(self):
+        return self._shared.head
+
+    def set_output_embeddings(self, head):  # decode/draft_vocab.py cuts the head for decoding: this draft only
+        self._shared = _Shared(self._shared.embed, head)
+
+    def get_input_embeddings(self):
+        return self._shared.embed
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def config(self) -> PretrainedConfig:
+        """What rebuilds this draft (`config_dict`), as a transformers config (checkpoints store its to_dict)."""
+        return PretrainedConfig(**self.config_dict(), num_hidden_layers=self.num_layers)
+
+
+class ResBlock(nn.Module):
+    """x + SiLU(W x + b), W zero at init: a new head starts as the target's own next-token head."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, hidden_size)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x):
+        return x + nn.functional.silu(self.linear(x))
+
+
+class _Block(nn.Module):
+    def __init__(self, hidden_size: int, num_layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(ResBlock(hidden_size) for _ in range(num_layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class MedusaHeads(FeatureDraft):
+    draft_kind = "medusa"
+
+    def __init__(self, hidden_size: int, vocab_size: int, num_heads: int = 3, num_layers: int = 1):
+        super().__init__()
+        if num_heads < 1 or num_layers < 1:
+            raise ValueError(f"model.draft.num_heads and num_layers must be >= 1, got {num_heads}, {num_layers}.")
+        self.hidden_size, self.vocab_size = hidden_size, vocab_size
+        self.num_heads, self.num_layers = num_heads, num_layers
+        self.blocks = nn.ModuleList(_Block(hidden_size, num_layers) for _ in range(num_heads))
+        self._shared = _Shared(None, None)
+
+    @classmethod
+    def from_target(cls, target, num_heads: int = 3, num_layers: int = 1) -> "MedusaHeads":
+        head = target.get_output_embeddings()
+        return cls(head.weight.shape[1], head.weight.shape[0], num_heads, num_layers).to(head.weight.dtype).attach(target)
+
+    def head_states(self, features: torch.Tensor, heads: int | None = None) -> list[torch.Tensor]:
+        """Per head k = 1..heads, the vector its LM head reads: head k guesses the token k+1 after `features`' own."""
+        return [block(features) for block in self.blocks[: heads or self.num_heads]]
+
+    def config_dict(self) -> dict:
+        return {"draft_kind": self.draft_kind, "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
+                "num_heads": self.num_heads, "num_layers": self.num_layers}
+
+
+def layer_parts(config):
+    """The decoder-layer, norm and rotary-embedding classes of a transformers architecture (built on the meta
+    device: no weights allocated)."""
+    with torch.device("meta"):
+        shell = AutoModelForCausalLM.from_config(config)
+    decoder = shell.get_decoder()
+    return type(decoder.layers[0]), type(decoder.norm), type(decoder.rotary_emb)
+
+
+def one_layer_config(target_config):
+    """The target's config cut to one decoder layer (of its last kind), attention through SDPA with our masks."""
+    config = copy.deepcopy(target_config)
+    config.num_hidden_layers = 1
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[-1:]
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class EagleDraft(FeatureDraft):
+    draft_kind = "eagle"
+
+    def __init__(self, layer_config):
+        super().__init__()
+        self.layer_config, self.num_layers = layer_config, 1
+        self.hidden_size, self.vocab_size = layer_config.hidden_size, layer_config.vocab_size
+        layer_cls, norm_cls, rotary_cls = layer_parts(layer_config)
+        eps = getattr(layer_config, "rms_norm_eps", 1e-6)
+        self.embedding_layernorm = norm_cls(self.hidden_size, eps=eps)
+        self.fusion_fc = nn.Linear(2 * self.hidden_size, self.hidden_size, bias=False)
+        self.transformer = layer_cls(layer_config, layer_idx=0)
+        self.pre_lm_head_layernorm = norm_cls(self.hidden_size, eps=eps)
+        self.rotary_emb = rotary_cls(config=layer_config)
+        self._shared = _Shared(None, None)
+
+    @classmethod
+    def from_target(cls, target, init_layer: int | None = -1) -> "EagleDraft":
+        """A draft for `target`; its decoder layer and pre-head norm start as copies of the target's layer
+        `init_layer` and final norm (None: fresh), its fusion as [0 | I] (the feature passes, the token is ignored)."""
+        config = one_layer_config(target.config)
+        dtype = target.get_output_embeddings().weight.dtype
+        draft = cls(config).to(dtype)
+        decoder = target.get_decoder()
+        with torch.no_grad():
+            if init_layer is not None:
+                draft.transformer.load_state_dict(decoder.layers[init_layer].state_dict())
+            draft.pre_lm_head_layernorm.load_state_dict(decoder.norm.state_dict())
+            draft.fusion_fc.weight.zero_()
+            draft.fusion_fc.weight[:, draft.hidden_size:].copy_(torch.eye(draft.hidden_size))
+        return draft.attach(target)
+
+    def forward(self, features: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        """Slots (B, S): features (B, S, H) and the ids of the tokens after them (B, S) at `positions` (B, S) ->
+        the predicted next features (B, S, H), before the pre-head norm (what the next slot reads back). `mask`:
+        additive (B, 1, S, past + S), or None for causal over the slots; `cache`: the layer's KV cache."""
+        embeds = self.embedding_layernorm(self.get_input_embeddings()(next_ids))
+        x = self.fusion_fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
+        if mask is None:
+            past = cache.get_seq_length() if cache is not None else 0
+            mask = causal_mask(x.shape[1], past, x.dtype, x.device)
+        return self.transformer(x, attention_mask=mask, position_ids=positions,
+                                position_embeddings=self.rotary_emb(x, positions), cache=cache,
+                                use_cache=cache is not None)
+
+    def logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        return self.get_output_embeddings()(self.pre_lm_head_layernorm(predicted))
+
+    def config_dict(self) -> dict:
+        return {"draft_kind": self.draft_kind, "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
+                "layer_config": self.layer_config.to_dict()}
+
+
+def feature_draft_from_config(config: dict) -> FeatureDraft:
+    """A fresh (unattached) feature draft of the shape `config_dict()` describes."""
+    config = dict(config)
+    if config.get("draft_kind") == "medusa":
+        return MedusaHeads(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_layers"])
+    if config.get("draft_kind") == "eagle":
+        from transformers import AutoConfig
+
+        layer = dict(config["layer_config"])
+        layer_config = AutoConfig.for_model(layer.pop("model_type"), **layer)
+        layer_config._attn_implementation = "sdpa"
+        return EagleDraft(layer_config)
+    raise ValueError(f"Not a feature draft config (draft_kind must be one of {FEATURE_KINDS}): {config.get('draft_kind')}")
+
+
+def causal_mask(queries: int, past: int, dtype, device) -> torch.Tensor:
+    """Additive mask (1, 1, queries, past + queries): each new slot sees every cached slot and the new ones up to
+    itself."""
+    allowed = torch.ones(queries, past + queries, dtype=torch.bool, device=device).tril(past)
+    return additive(allowed, dtype)
+
+
+def additive(allowed: torch.Tensor, dtype) -> torch.Tensor:
+    """A boolean (Q, K) allowed-matrix as SDPA's additive (1, 1, Q, K) mask."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def unroll_allowed(length: int, steps: int) -> torch.Tensor:
+    """Training-time test (EAGLE-3): which keys each query may attend when `steps` drafting depths of `length` slots
+    each are stacked into one sequence of steps * length. Depth s, slot i stands for the s-th drafted token after a
+    context whose true features end at slot i-s+1: it sees depth 1 (true features) at slots <= i-s+1 and depth r at
+    slot i-(s-r) for r = 2..s (its own earlier guesses), as in decoding. Pure."""
+    i = torch.arange(length)
+    blocks = []
+    for s in range(steps):  # query depth s+1
+        row = []
+        for r in range(steps):  # key depth r+1
+            if r == 0:
+                row.append(i[None, :] <= i[:, None] - s)
+            elif r <= s:
+                row.append(i[None, :] == i[:, None] - (s - r))
+            else:
+                row.append(torch.zeros(length, length, dtype=torch.bool))
+        blocks.append(torch.cat(row, dim=1))
+    return torch.cat(blocks, dim=0)  # every query sees at least itself (r = s): no empty row, no NaN

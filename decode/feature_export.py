@@ -1,0 +1,90 @@
+"""Feature drafts on disk, in the layouts serving engines read (and back).
+
+- eagle: the `speculators` layout vLLM loads for EAGLE drafts (`speculators_model_type: eagle`, HASS-style norms:
+  `layernorms: true`, `transformer_layer_config` = the target's config cut to one layer, `speculators_config` naming
+  the verifier); weights `embedding_layernorm`, `fusion_fc`, `transformer.*`, `pre_lm_head_layernorm`. The target's
+  embeddings and LM head are not stored: the engine (and `load_feature_draft`) takes them from the verifier.
+- medusa: vLLM's Medusa layout (`model_type: medusa`, `num_heads`, `num_hidden_layers`, weights
+  `blocks.{i}.layers.{j}.weight/bias`), with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`,
+  `base_model_name_or_path`). Heads share the target's LM head (`original_lm_head: true`): no `lm_heads` stored.
+
+Every folder also carries `draftsmith.json` (`draft_kind`, `draft_config`: what rebuilds the module here).
+
+    write_feature_weights(draft, folder, target_name, gamma=3); draft = load_feature_draft(folder, target)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from decode.feature_drafts import FEATURE_KINDS, feature_draft_from_config
+
+_MEDUSA_OURS = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.linear\.")  # ours: ResBlock.linear; vLLM's: the Linear
+
+
+def serving_state(draft) -> dict[str, torch.Tensor]:
+    """The draft's weights under the serving layout's names (contiguous copies)."""
+    state = {k: v.detach().contiguous().clone() for k, v in draft.state_dict().items()}
+    if draft.draft_kind == "medusa":
+        state = {_MEDUSA_OURS.sub(r"blocks.\1.layers.\2.", k): v for k, v in state.items()}
+    return state
+
+
+def serving_config(draft, target_name: str, target_architectures: list[str], gamma: int = 3) -> dict:
+    """config.json of the serving layout for `draft`, measured against `target_name`."""
+    if draft.draft_kind == "medusa":
+        return {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": draft.hidden_size,
+                "vocab_size": draft.vocab_size, "truncated_vocab_size": None, "num_heads": draft.num_heads,
+                "num_hidden_layers": draft.num_layers, "original_lm_head": True, "max_paths": 64, "topk": 10,
+                "medusa_num_heads": draft.num_heads, "medusa_num_layers": draft.num_layers,
+                "base_model_name_or_path": target_name}
+    layer = draft.layer_config.to_dict()
+    layer.pop("_attn_implementation", None)
+    layer_cls = type(draft.transformer).__name__
+    return {"architectures": ["EagleSpeculator"], "speculators_model_type": "eagle",
+            "transformer_layer_architecture": layer_cls, "transformer_layer_config": layer,
+            "layernorms": True, "fusion_bias": False,
+            "speculators_config": {"algorithm": "eagle", "default_proposal_method": "greedy",
+                                   "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": gamma,
+                                                         "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                                   "verifier": {"name_or_path": target_name,
+                                                "architectures": list(target_architectures)}}}
+
+
+def write_feature_weights(draft, folder, target_name: str, target_architectures=(), gamma: int = 3,
+                          dtype: str | None = None) -> None:
+    """config.json and model.safetensors of `draft` into an existing `folder`."""
+    folder = Path(folder)
+    state = serving_state(draft)
+    if dtype:
+        state = {k: v.to(getattr(torch, dtype)) for k, v in state.items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = serving_config(draft, target_name, list(target_architectures), gamma)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def feature_kind_of(folder) -> str | None:
+    """'eagle' or 'medusa' when `folder` holds a feature draft, else None."""
+    path = Path(str(folder)) / "draftsmith.json"
+    if not path.is_file():
+        return None
+    kind = json.loads(path.read_text()).get("draft_kind")
+    return kind if kind in FEATURE_KINDS else None
+
+
+def load_feature_draft(folder, target, dtype: torch.dtype | None = None):
+    """The feature draft saved in `folder`, attached to `target` (its embeddings and LM head), in eval mode."""
+    folder = Path(str(folder))
+    info = json.loads((folder / "draftsmith.json").read_text())
+    draft = feature_draft_from_config(info["draft_config"])
+    state = load_file(str(folder / "model.safetensors"))
+    if draft.draft_kind == "medusa":
+        state = {re.sub(r"^blocks\.(\d+)\.layers\.(\d+)\.", r"blocks.\1.layers.\2.linear.", k): v for k, v in state.items()}
+    dtype = dtype or target.get_output_embeddings().weight.dtype
+    draft.load_state_dict(state, strict=True)
+    return draft.to(dtype=dtype, device=target.get_output_embeddings().weight.device).attach(target).eval()

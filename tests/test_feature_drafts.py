@@ -1,0 +1,258 @@
+"""Feature drafts (Medusa heads, EAGLE-style layer): training offsets, the training-time test's attention, decoding
+through the main loop (greedy identity, feature reuse), export round trip, and a tiny end-to-end training run."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import DynamicCache
+
+from conftest import make_model
+from decode.feature_decoding import EagleProposer, MedusaProposer, draft_proposer
+from decode.feature_drafts import EagleDraft, MedusaHeads, additive, final_hidden, unroll_allowed
+from decode.feature_export import feature_kind_of, load_feature_draft, write_feature_weights
+from decode.speculative import SamplingParams, generate
+from train.feature_loss import eagle_pairs, eagle_unroll, medusa_pairs
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_model(VOCAB, layers=2, hidden=32, init=0.2)
+
+
+def trained_like(draft, seed: int = 0):
+    """Random non-zero weights everywhere (fresh Medusa blocks are zero: an identity would hide offsets)."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return draft.eval()
+
+
+def test_medusa_head_k_is_scored_against_the_targets_logits_k_positions_later(target):
+    heads = trained_like(MedusaHeads.from_target(target, num_heads=3))
+    features = torch.randn(2, 10, 32)
+    labels = torch.arange(20).reshape(2, 10)
+    labels[1, 7] = -100
+    pairs = medusa_pairs(heads, features, labels)
+    assert len(pairs) == 3
+    for k, (student, teacher, mask, nxt) in enumerate(pairs, start=1):
+        assert student.shape == teacher.shape == (2, 10 - k, 32)
+        assert torch.equal(student, heads.blocks[k - 1](features[:, : 10 - k]))  # head k reads position t ...
+        assert torch.equal(teacher, features[:, k:])  # ... and is judged by the target's logits at t+k (-> token t+k+1)
+        assert nxt[0, : 9 - k].tolist() == list(range(k + 1, 10))  # the data's token t+k+1 (cross-entropy mixing)
+        # position t counts when token t+k+1 is a label
+        assert mask[1].tolist() == [t + k + 1 < 10 and t + k + 1 != 7 for t in range(10 - k)]
+
+
+def test_unroll_attention_is_causal_at_depth_one_and_follows_decoding_after():
+    n, steps = 6, 3
+    allowed = unroll_allowed(n, steps)
+    assert torch.equal(allowed[:n, :n], torch.ones(n, n, dtype=torch.bool).tril())
+    assert not allowed[:n, n:].any()  # depth 1 never sees guesses
+    for s in range(1, steps + 1):
+        for i in range(n):
+            seen = allowed[(s - 1) * n + i].nonzero().flatten().tolist()
+            expected = [j for j in range(n) if j <= i - s + 1] + [(r - 1) * n + i - (s - r)
+                                                                  for r in range(2, s + 1) if i - (s - r) >= 0]
+            assert seen == sorted(expected)
+
+
+def test_training_time_test_equals_drafting_with_a_cache(target):
+    """Depth s of eagle_unroll at slot i is what decoding computes for the s-th token drafted after slot i-s+1."""
+    draft = trained_like(EagleDraft.from_target(target))
+    ids = torch.randint(3, VOCAB, (1, 9))
+    with torch.no_grad():
+        features = final_hidden(target, ids)
+        outs = eagle_unroll(draft, features, ids, steps=3)
+        for last_true in (2, 4, 5):  # true slots 0..last_true, then two slots reading guessed features
+            cache = DynamicCache(config=draft.layer_config)
+            out = draft(features[:, : last_true + 1], ids[:, 1: last_true + 2], torch.arange(last_true + 1)[None],
+                        cache=cache)
+            assert torch.allclose(out[:, -1], outs[0][:, last_true], atol=1e-5)
+            guess = out[:, -1:]
+            for depth in (2, 3):
+                slot = last_true + depth - 1
+                guess = draft(guess, ids[:, slot + 1: slot + 2], torch.tensor([[slot]]), cache=cache)
+                assert torch.allclose(guess[:, 0], outs[depth - 1][:, slot], atol=1e-5)
+
+
+def test_eagle_depth_s_counts_only_slots_with_enough_true_context(target):
+    draft = EagleDraft.from_target(target)
+    ids = torch.randint(3, VOCAB, (1, 8))
+    with torch.no_grad():
+        pairs = eagle_pairs(draft, final_hidden(target, ids), ids.clone(), ids, steps=3)
+    for s, (_, teacher, mask, _) in enumerate(pairs):
+        assert teacher.shape[1] == 7 and mask[0, :s].sum() == 0 and mask[0, s:6].all()
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_greedy_output_is_the_targets_own(target, kind, gamma):
+    draft = trained_like(MedusaHeads.from_target(target, 3) if kind == "medusa" else EagleDraft.from_target(target))
+    prompt = [5, 9, 11, 7, 20, 3]
+    expected = target.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)[0, len(prompt):].tolist()
+    proposer = draft_proposer(draft)
+    assert isinstance(proposer, MedusaProposer if kind == "medusa" else EagleProposer)
+    out = generate(target, proposer, prompt, gamma, 24)
+    assert out.tokens == expected
+    assert sum(s.drafted for s in out.steps) > 0
+
+
+def test_feature_reuse_equals_recomputing_the_features(target):
+    draft = trained_like(EagleDraft.from_target(target))
+    proposer = draft_proposer(draft)
+    prompt = [5, 9, 11, 7, 20, 3]
+    out = generate(target, proposer, prompt, 3, 20)  # with rollbacks after rejected drafts
+    sequence = torch.tensor([prompt + out.tokens])
+    with torch.no_grad():
+        recomputed = final_hidden(target, sequence)[0]
+        kept = proposer.verifier.features
+        assert torch.allclose(kept, recomputed[: len(kept)], atol=1e-5)
+        # the draft's cached slots give what one pass over all of them gives
+        n = len(kept)
+        full = draft(recomputed[None, :n], sequence[:, 1: n + 1], torch.arange(n)[None])
+        cache = DynamicCache(config=draft.layer_config)
+        parts = [draft(recomputed[None, a:b], sequence[:, a + 1: b + 1], torch.arange(a, b)[None], cache=cache)
+                 for a, b in ((0, 5), (5, 6), (6, n))]
+        assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_sampling_runs_and_returns_the_drafting_distribution(target, kind):
+    draft = trained_like(MedusaHeads.from_target(target, 3) if kind == "medusa" else EagleDraft.from_target(target))
+    proposer = draft_proposer(draft)
+    verifier = proposer.make_verifier(target)
+    prompt = [5, 9, 11, 7]
+    verifier.start(prompt)
+    proposer.start(prompt)
+    drafted, q = proposer.propose(prompt, 3, SamplingParams(1.0), torch.Generator().manual_seed(0))
+    assert len(drafted) == 3 and q.shape == (3, VOCAB)
+    assert torch.allclose(q.sum(-1), torch.ones(3), atol=1e-5) and all(q[i, t] > 0 for i, t in enumerate(drafted))
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_export_round_trip_in_the_serving_layout(tmp_path, target, kind):
+    draft = trained_like(MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target))
+    write_feature_weights(draft, tmp_path, "my/target", ["LlamaForCausalLM"], gamma=3)
+    (tmp_path / "draftsmith.json").write_text(json.dumps({"draft_kind": kind, "draft_config": draft.config_dict()}))
+    config = json.loads((tmp_path / "config.json").read_text())
+    if kind == "eagle":
+        assert config["speculators_model_type"] == "eagle" and config["layernorms"] is True
+        assert config["speculators_config"]["verifier"]["name_or_path"] == "my/target"
+        assert config["transformer_layer_config"]["num_hidden_layers"] == 1
+    else:
+        assert config["model_type"] == "medusa" and config["num_heads"] == 2
+        assert config["base_model_name_or_path"] == "my/target"
+    assert feature_kind_of(tmp_path) == kind
+    loaded = load_feature_draft(tmp_path, target)
+    prompt = [5, 9, 11, 7, 20, 3]
+    runs = [generate(target, draft_proposer(d), prompt, 2, 12) for d in (draft, loaded)]
+    assert runs[0].tokens == runs[1].tokens
+    assert [s.accepted for s in runs[0].steps] == [s.accepted for s in runs[1].steps]
+
+
+def test_a_draft_for_another_target_is_refused(target):
+    other = make_model(VOCAB, layers=1, hidden=48)
+    with pytest.raises(ValueError, match="hidden size"):
+        EagleDraft.from_target(target).attach(other)
+
+
+def test_additive_mask_blocks_what_is_not_allowed():
+    mask = additive(torch.tensor([[True, False], [True, True]]), torch.float32)
+    assert mask.shape == (1, 1, 2, 2) and mask[0, 0, 0, 1] < -1e30 and mask[0, 0, 1].abs().sum() == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_sampled_output_follows_the_targets_distribution(kind):
+    """The first two sampled tokens through the main loop with a feature draft have the target's exact joint law."""
+    from conftest import first_two_tokens
+
+    vocab, draws, prompt = 6, 4_000, [1, 2, 3]
+    small = make_model(vocab, layers=1, hidden=16, seed=3, init=0.8)
+    draft = trained_like(MedusaHeads.from_target(small, 3) if kind == "medusa" else EagleDraft.from_target(small), 4)
+    params = SamplingParams(1.0)
+    with torch.no_grad():
+        first = torch.softmax(small(torch.tensor([prompt])).logits[0, -1], -1)
+        second = torch.stack([torch.softmax(small(torch.tensor([prompt + [t]])).logits[0, -1], -1)
+                              for t in range(vocab)])
+    exact = first[:, None] * second
+    counts, drafted = first_two_tokens(small, draft_proposer(draft), prompt, 3, params, vocab, draws, new_tokens=2)
+    tv = 0.5 * (counts / draws - exact).abs().sum().item()
+    assert tv <= 0.04, tv
+    assert max(drafted) >= 1  # drafts were really proposed (and judged)
+
+
+def _train_export_and_measure(tmp_path, tiny_target_dir, text_file, kind, *extra):
+    from test_eval import eval_cfg
+    from test_train import tiny_cfg
+
+    from eval.speculate import evaluate
+    from train.distill import train
+
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, f"model/draft={kind}", "spec_eval.gamma=2", *extra))
+    export = tmp_path / "run" / "export"
+    assert summary["after"]["val/kl"] < summary["before"]["val/kl"]  # it learned from the target
+    assert "val/top1_agree_2" in summary["after"]  # head / depth 2 is scored too
+    info = json.loads((export / "draftsmith.json").read_text())
+    assert info["draft_kind"] == kind and feature_kind_of(export) == kind
+    stored = load_file(str(export / "model.safetensors"))
+    assert stored and not any(k.startswith(("embed_tokens", "lm_head")) for k in stored)  # the target's, not stored
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "gamma=[1,2]", "domains=[general]"))
+    assert len(records) == 2 and all(r["greedy_identical"] for r in records)
+    assert all(r["cost_ratio_c"] > 0 for r in records)
+    with pytest.raises(ValueError, match="feature drafts"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "proposers=[draft,lookup+draft]"))
+
+
+@pytest.mark.integration
+def test_eagle_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_dir, text_file):
+    _train_export_and_measure(tmp_path, tiny_target_dir, text_file, "eagle", "model.draft.unroll_steps=2",
+                              "trainer.max_steps=6", "optim.lr=3e-3")
+
+
+@pytest.mark.integration
+def test_medusa_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_dir, text_file):
+    _train_export_and_measure(tmp_path, tiny_target_dir, text_file, "medusa", "model.draft.num_heads=2",
+                              "trainer.max_steps=6", "optim.lr=3e-3")
+
+
+def test_feature_drafts_refuse_what_they_cannot_do(tmp_path, tiny_target_dir, text_file):
+    from test_train import tiny_cfg
+
+    from train.distill import check_config
+
+    for extra, match in (("teacher=cache", "teacher=live"), ("lora.enabled=true", "lora.enabled=false"),
+                         ("onpolicy.fraction=0.5", "onpolicy.fraction=0")):
+        with pytest.raises(ValueError, match=match):
+            check_config(tiny_cfg(tmp_path, tiny_target_dir, text_file, "model/draft=eagle", extra,
+                                  "spec_eval.enabled=false"))
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+@pytest.mark.parametrize("train_vocab", [None, 40])
+def test_a_training_step_moves_only_the_draft_and_lowers_its_loss(target, kind, train_vocab):
+    from train.module import DistillModule
+
+    draft = (MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target)).train()
+    module = DistillModule(target, draft, loss="forward_kl", lr=1e-2, train_vocab=train_vocab, special_ids={0},
+                           feature={"decay": 0.8, "steps": 2})
+    ids = torch.randint(3, VOCAB, (2, 16))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    optimizer = torch.optim.Adam([p for p in draft.parameters() if p.requires_grad], lr=1e-2)
+    losses = []
+    for _ in range(4):
+        optimizer.zero_grad()
+        out = module._distill(batch, metrics=False)
+        out["loss"].backward()
+        losses.append(out["loss"].item())
+        assert all(p.grad is None for p in target.parameters())
+        optimizer.step()
+    assert losses[-1] < losses[0]
+    metrics = module._distill(batch, metrics=True)
+    assert {"kl", "top1_agree", "expected_accept", "top1_agree_1", "top1_agree_2"} <= set(metrics)
