@@ -65,7 +65,7 @@ bench-adaptive-qwen: $(STAMP)
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] domains=[code] $(ADAPTIVE_QWEN_BENCH) $(ARGS)
 
 # Draft kinds side by side on the 135M target (docs/feature-drafts.md): standalone, Medusa heads, EAGLE-style draft.
-FEATURE_BENCH ?= gamma=[1,2,3] temperature=[0] n_prompts=8 max_new_tokens=64 repeats=1
+FEATURE_BENCH ?= gamma=[1,2,3] temperature=[0,1.0] n_prompts=8 max_new_tokens=64 repeats=1
 bench-feature: $(STAMP)
 	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: make demo's export and model/draft=eagle / medusa runs' exports"; exit 2; }
 	$(PY) eval/speculate.py drafts=[$(DRAFTS)] domains=[general] $(FEATURE_BENCH) $(ARGS)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import torch
+import transformers
 
 from decode.embedded import embedded_model_dir, is_embedded
 
@@ -127,12 +128,19 @@ def load_drafts(paths, tokenizer, target, target_name: str, *, dtype: str = "flo
 
     drafts = {}
     for path in paths:
-        if feature_kind_of(path):  # Medusa heads / EAGLE-style draft: attached to the target's embeddings and head
+        feature = feature_kind_of(path)
+        if feature:  # Medusa heads / EAGLE-style draft: attached to the target's embeddings and head
             draft = load_feature_draft(path, target, DTYPES[dtype]).requires_grad_(False)
         else:
             draft = load_frozen(str(path), dtype=dtype, cache_dir=cache_dir, device=device)
-        check_same_vocab(tokenizer, load_tokenizer(str(path), cache_dir=cache_dir), target, draft,
-                         str(target_name), str(path))
+        verbosity = transformers.logging.get_verbosity()
+        if feature:  # its config.json is a serving layout (model_type medusa, speculators): no warning about it
+            transformers.logging.set_verbosity_error()
+        try:
+            draft_tokenizer = load_tokenizer(str(path), cache_dir=cache_dir)
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+        check_same_vocab(tokenizer, draft_tokenizer, target, draft, str(target_name), str(path))
         drafts[str(path)] = draft
     return drafts
 

@@ -160,7 +160,7 @@ def render(info: dict, name: str) -> str:
     lines += _provenance_lines(evals, info.get("weights_sha256"))
     lines += _policy_lines(info.get("serving_policy"))
     if info.get("draft_kind") in FEATURE_USAGE:
-        return "\n".join(lines + _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target))
+        return "\n".join(lines + _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target)))
     lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
               "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -191,7 +191,7 @@ FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over
                  "medusa": ("Medusa heads on the target's last hidden state, in vLLM's Medusa layout", "medusa")}
 
 
-def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str) -> list[str]:
+def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str, target: str) -> list[str]:
     """Usage of a feature draft: it needs the target's hidden states, so transformers' assisted generation cannot run
     it; Draftsmith's decoder and serving engines' own methods can."""
     what, method = FEATURE_USAGE[kind]
@@ -199,7 +199,7 @@ def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target:
              "embeddings and LM head (not stored here), so it runs only next to that exact target, and transformers' "
              "`assistant_model` cannot run it.", "", why] + (["", caveat] if caveat else [])
     lines += ["", "Draftsmith's decoder (the one measured above):", "", "```bash",
-              f"python eval/speculate.py target={serving_target} drafts=[<path to this folder>] gamma=[{gamma}]",
+              f"python eval/speculate.py target={target} drafts=[<path to this folder>] gamma=[{gamma}]",
               "```", "", "vLLM (the layout vLLM reads; not run on the machine that measured this card):", "",
               "```python", "from vllm import LLM",
               f'llm = LLM(model="{serving_target}", speculative_config={{"method": "{method}",',

@@ -61,8 +61,8 @@ def interval(ci, fmt) -> str:
 
 
 def speculate_table(data: dict, labels: dict) -> list[str]:
-    rows = ["| draft | domain | T | γ | α | τ (+1 incl.) | tok/s target → speculative | speedup | cost model "
-            "| realized / expected | greedy identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| draft | domain | T | γ | α | τ (+1 incl.) | c | tok/s target → speculative | speedup | cost model "
+            "| realized / expected | greedy identical |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["records"]:
         gamma = str(r.get("gamma_setting", r["gamma"]))
         if r.get("confidence_threshold"):
@@ -71,7 +71,7 @@ def speculate_table(data: dict, labels: dict) -> list[str]:
         ratio = r["speedup"] / expected if expected and not math.isnan(expected) else None
         who = row_label(r, labels)
         rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {gamma} "
-                    f"| {f3(r['alpha'])}{interval(r.get('alpha_ci'), f3)} | {r['tau']:.2f} "
+                    f"| {f3(r['alpha'])}{interval(r.get('alpha_ci'), f3)} | {r['tau']:.2f} | {f3(r.get('cost_ratio_c'))} "
                     f"| {r['target_tok_s']:.1f} → {r['spec_tok_s']:.1f} "
                     f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), fx)} | {fx(expected)} "
                     f"| {f3(ratio)} | {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")

@@ -256,3 +256,13 @@ def test_a_training_step_moves_only_the_draft_and_lowers_its_loss(target, kind, 
     assert losses[-1] < losses[0]
     metrics = module._distill(batch, metrics=True)
     assert {"kl", "top1_agree", "expected_accept", "top1_agree_1", "top1_agree_2"} <= set(metrics)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_the_card_of_a_feature_draft_serves_it_as_one(kind):
+    from eval.card import render
+
+    card = render({"draft_kind": kind, "target": "my/target", "evaluations": []}, "x")
+    assert f'"method": "{kind}"' in card and "assistant_model=draft" not in card
+    assert "target=my/target drafts=[" in card
+    assert ("--speculative-algorithm EAGLE" in card) == (kind == "eagle")
