@@ -106,6 +106,7 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     assert saved["draft_vocab"][str(folder)] == {"size": 64, "restricted": True, "vocab_size": 320}
 
 
+@pytest.mark.integration  # slow (several seconds): kept out of the 2-minute fast suite
 def test_wandb_offline_run_holds_the_table(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "wandb.enabled=true"))
@@ -139,6 +140,7 @@ def test_gamma_auto_chooses_on_tune_prompts_and_reports_test_prompts(tmp_path, t
         assert not {tuple(p) for p in tune} & {tuple(p) for p in test}
 
 
+@pytest.mark.integration  # slow (several seconds): kept out of the 2-minute fast suite
 def test_greedy_gamma_auto_replays_every_rule_and_sampling_pilots(tmp_path, tiny_target_dir, tiny_draft_dir):
     greedy, sampled = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=auto", "max_auto_gamma=4",
                                         "domains=[general]", "confidence_threshold=[0,0.1]", "temperature=[0]",
@@ -370,6 +372,7 @@ def test_card_says_when_the_serving_target_is_not_the_weights_measured():
     assert "NOT the weights measured" not in render({"target": "/models/my-target"}, "x")
 
 
+@pytest.mark.integration  # slow (several seconds): kept out of the 2-minute fast suite
 def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_target_dir, tiny_draft_dir):
     """transformers=[assisted,lookup]: stock assisted generation and prompt lookup are timed beside ours, against
     the same target-only times; greedy rows reproduce the target's output; tau counts tokens per target pass."""

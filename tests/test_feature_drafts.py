@@ -234,8 +234,7 @@ def test_feature_drafts_refuse_what_they_cannot_do(tmp_path, tiny_target_dir, te
                                   "spec_eval.enabled=false"))
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle"])
-@pytest.mark.parametrize("train_vocab", [None, 40])
+@pytest.mark.parametrize("kind,train_vocab", [("medusa", None), ("eagle", 40)])
 def test_a_training_step_moves_only_the_draft_and_lowers_its_loss(target, kind, train_vocab):
     from train.module import DistillModule
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from decode.feature_drafts import additive, final_hidden, unroll_allowed
-from train.losses import chunked_distill, loss_mask
+from train.losses import chunked_distill, loss_mask, own_precision
 from train.train_vocab import remap
 
 
@@ -68,7 +68,7 @@ def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, 
     "top1_agree", "expected_accept" and "top1_agree_k" per k. `kept` = (ids, the frozen head over them)
     (model.draft.train_vocab, train/train_vocab.py): training scores only those ids, for draft and target alike
     (they share the head), at positions whose next token is kept; validation (metrics) scores the full head."""
-    with torch.no_grad():
+    with torch.no_grad(), own_precision(batch["input_ids"]):  # the target ignores bf16-mixed autocast
         features = final_hidden(target, batch["input_ids"], batch["attention_mask"])
     labels = batch["labels"]
     if draft.draft_kind == "medusa":
