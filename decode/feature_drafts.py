@@ -45,6 +45,9 @@ class _Shared:
     def __init__(self, embed: nn.Module | None, head: nn.Module | None):
         self.embed, self.head = embed, head
 
+    def __deepcopy__(self, memo):  # a copy of the draft (decoding with a cut head, say) still shares the target's
+        return self
+
 
 class FeatureDraft(nn.Module):
     draft_kind = ""

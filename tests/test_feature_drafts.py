@@ -265,3 +265,17 @@ def test_the_card_of_a_feature_draft_serves_it_as_one(kind):
     assert f'"method": "{kind}"' in card and "assistant_model=draft" not in card
     assert "target=my/target drafts=[" in card
     assert ("--speculative-algorithm EAGLE" in card) == (kind == "eagle")
+
+
+def test_a_copy_of_the_draft_shares_the_targets_embeddings_and_head_and_a_cut_head_stays_its_own(target):
+    import copy
+
+    from decode.draft_vocab import restrict_vocab
+
+    draft = EagleDraft.from_target(target)
+    clone = copy.deepcopy(draft)
+    assert clone.get_input_embeddings() is target.get_input_embeddings()
+    assert clone.fusion_fc.weight is not draft.fusion_fc.weight
+    cut, plan = restrict_vocab(draft, 16, {0}, copy=True)
+    assert plan["restricted"] and cut.get_output_embeddings() is not target.get_output_embeddings()
+    assert draft.get_output_embeddings() is target.get_output_embeddings()  # the original keeps the full head
