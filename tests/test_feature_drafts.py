@@ -279,3 +279,20 @@ def test_a_copy_of_the_draft_shares_the_targets_embeddings_and_head_and_a_cut_he
     cut, plan = restrict_vocab(draft, 16, {0}, copy=True)
     assert plan["restricted"] and cut.get_output_embeddings() is not target.get_output_embeddings()
     assert draft.get_output_embeddings() is target.get_output_embeddings()  # the original keeps the full head
+
+
+def test_a_qwen2_target_gets_a_qwen2_layer_and_keeps_greedy_identity():
+    """Qwen2 (biased attention projections, per-layer attention kinds) as for the Qwen2.5-Coder pair."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                        tie_word_embeddings=True, initializer_range=0.2)).eval()
+    prompt = [5, 6, 7, 8, 9]
+    expected = qwen.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)[0, len(prompt):].tolist()
+    eagle = trained_like(EagleDraft.from_target(qwen))
+    assert type(eagle.transformer).__name__ == "Qwen2DecoderLayer"
+    for draft in (eagle, trained_like(MedusaHeads.from_target(qwen, 2))):
+        assert generate(qwen, draft_proposer(draft), prompt, 3, 16).tokens == expected
