@@ -281,6 +281,7 @@ def test_a_copy_of_the_draft_shares_the_targets_embeddings_and_head_and_a_cut_he
     assert draft.get_output_embeddings() is target.get_output_embeddings()  # the original keeps the full head
 
 
+@pytest.mark.integration  # a few seconds (Qwen2's modules import on first use): out of the fast suite
 def test_a_qwen2_target_gets_a_qwen2_layer_and_keeps_greedy_identity():
     """Qwen2 (biased attention projections, per-layer attention kinds) as for the Qwen2.5-Coder pair."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
