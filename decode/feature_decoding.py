@@ -84,6 +84,9 @@ class _FeatureProposer:
         token = int(sample(q, generator))
         return token, q, float(q[token])
 
+    def start(self, prompt):
+        pass
+
     def rollback(self, keep):
         pass
 
@@ -107,9 +110,6 @@ class MedusaProposer(_FeatureProposer):
             if conf < self.threshold:
                 break
         return drafted, torch.stack(probs) if probs else torch.empty(0)
-
-    def start(self, prompt):
-        pass
 
 
 class EagleProposer(_FeatureProposer):

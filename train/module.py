@@ -16,7 +16,7 @@ import torch
 from train.export import CHECKPOINT_KEY as _META
 from train.onpolicy import draft_continuations, is_onpolicy_step
 from train.train_vocab import kept_head, remap
-from decode.feature_drafts import is_feature_draft
+from decode.feature_drafts import final_hidden as model_hidden, is_feature_draft
 from train.feature_loss import feature_distill
 from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, loss_mask, own_precision
 
@@ -24,8 +24,7 @@ from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill,
 
 def final_hidden(model, batch) -> torch.Tensor:
     """Last hidden states of a causal LM, without computing the full (batch, seq, vocab) logits."""
-    decoder = model.get_decoder()
-    return decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).last_hidden_state
+    return model_hidden(model, batch["input_ids"], batch["attention_mask"])
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
