@@ -51,6 +51,7 @@ METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "test/alpha", "tes
 
 def check_config(cfg: DictConfig) -> None:
     """Fail on bad values before loading anything."""
+    check_feature_draft(cfg)  # first: what a feature draft cannot do at all comes before how to fix the rest
     if cfg.loss.temperature <= 0:
         raise ValueError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
     if not 0 <= cfg.loss.ce_weight <= 1:
@@ -73,7 +74,6 @@ def check_config(cfg: DictConfig) -> None:
     loss_fn = get_loss(cfg.loss.name, **OmegaConf.to_container(cfg.loss.params))
     if loss_fn is not None:  # bad loss parameters (jsd beta, skew_kl skew) fail here, before any model loads
         loss_fn(torch.zeros(1, 2), torch.zeros(1, 2), cfg.loss.temperature)
-    check_feature_draft(cfg)
     if cfg.data.block_size < 2 or cfg.data.batch_size < 1:
         raise ValueError("data.block_size must be >= 2 and data.batch_size >= 1.")
     if cfg.optim.lr <= 0:
