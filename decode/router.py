@@ -13,7 +13,10 @@ nothing to propose (lookup without a match) hands the step to the next best.
 - Draft pass times: the given ones, then updated from the router's own timing of each proposal, so a draft that
   turns out slower than measured (a loaded machine, a larger context) loses its steps.
 - Probes: an option not run for `probe_every` steps drafts one token, so acceptance that changes with the context
-  (code copied from the prompt, boilerplate) is noticed again.
+  (code copied from the prompt, boilerplate) is noticed again. A probe after which the option still does not pay
+  doubles that option's wait before the next one (up to `max_probe_every`); one that finds it paying resets the wait.
+- Lazy start: an option's `start` (a draft model's prefill of the prompt) runs the first time the option drafts in
+  that prompt, so a switched-off draft costs nothing per prompt; its cache catches up on the tokens it missed then.
 
 Lossless: the choice uses only earlier steps, before the target sees this step's drafts; each option's proposal
 carries its own distribution q (greedy output stays the target's; sampling stays exactly the target's law, as for
@@ -52,13 +55,17 @@ class RouterProposer:
     of a k-token target pass (decode/costs.py)."""
 
     def __init__(self, options: list[Option], target_pass_s: list[float], memory: float = 0.9,
-                 prior_alpha: float = 0.6, prior_weight: float = 2.0, probe_every: int = 16, min_gain: float = 1.0):
+                 prior_alpha: float = 0.6, prior_weight: float = 2.0, probe_every: int = 16, min_gain: float = 1.0,
+                 max_probe_every: int | None = None):
         if not options:
             raise ValueError("the router needs at least one option (a draft model or prompt lookup).")
         if not 0 < memory <= 1 or not 0 < prior_alpha < 1 or prior_weight <= 0 or probe_every < 0:
             raise ValueError(f"router needs 0 < memory <= 1, 0 < prior_alpha < 1, prior_weight > 0 and probe_every "
                              f">= 0 (0 = never probe); got memory={memory}, prior_alpha={prior_alpha}, "
                              f"prior_weight={prior_weight}, probe_every={probe_every}.")
+        max_probe_every = 8 * probe_every if max_probe_every is None else max_probe_every
+        if max_probe_every < probe_every:
+            raise ValueError(f"router needs max_probe_every >= probe_every, got {max_probe_every} < {probe_every}.")
         if any(not o.gammas or min(o.gammas) < 1 for o in options):
             raise ValueError("every router option needs draft lengths >= 1.")
         self.options, self.passes = options, list(target_pass_s)
@@ -77,6 +84,10 @@ class RouterProposer:
         self.last_source = ""
         self.counts = {o.name: [0.0, 0.0] for o in options}  # discounted accepted, judged
         self.idle = {o.name: 0 for o in options}
+        self.wait = {o.name: probe_every for o in options}  # steps before the next probe (doubles while it does not pay)
+        self.max_wait = max_probe_every
+        self.started: set[str] = set()  # options started on this prompt (lazy start)
+        self._prompt: list[int] = []
         self._pending, self._before = None, 0
 
     def alpha(self, name: str) -> float:
@@ -93,9 +104,14 @@ class RouterProposer:
         ranked.sort(key=lambda r: -r[0])
         return [r for r in ranked if r[0] > self.min_gain]
 
+    def pays(self, option: Option) -> bool:
+        """Whether the cost model expects `option`, at its recent acceptance and best draft length, to beat a plain
+        target step."""
+        return any(step_rate(self.alpha(option.name), g, self.step_s[option.name], self.passes, option.verified)
+                   > self.min_gain for g in option.gammas)
+
     def start(self, prompt):
-        for o in self.options:
-            o.proposer.start(prompt)
+        self._prompt, self.started = list(prompt), set()  # each option starts when it first drafts (lazy)
         self._pending = None  # acceptance and timings carry over from prompt to prompt: same pair, same machine
 
     def propose(self, tokens, gamma, params, generator):
@@ -103,12 +119,15 @@ class RouterProposer:
         if gamma < 1:
             return [], torch.empty(0)
         plan = self.plan(gamma)
-        probe = next((o for o in self.options if self.probe_every and self.idle[o.name] >= self.probe_every), None)
+        probe = next((o for o in self.options if self.probe_every and self.idle[o.name] >= self.wait[o.name]), None)
         if probe is not None and all(o is not probe for _, o, _ in plan[:1]):
-            plan = [(0.0, probe, min(probe.gammas))] + plan  # one short draft to refresh what it is worth
+            plan = [(None, probe, 1)] + plan  # one drafted token to refresh what it is worth
         for o in self.options:
             self.idle[o.name] += 1
-        for _, option, g in plan:
+        for rate, option, g in plan:
+            if option.name not in self.started:
+                option.proposer.start(self._prompt)
+                self.started.add(option.name)
             t0 = time.perf_counter()
             drafted, q = option.proposer.propose(tokens, g, params, generator)
             elapsed = time.perf_counter() - t0
@@ -117,22 +136,27 @@ class RouterProposer:
                 if option.step_s > 0:  # a model's draft passes: keep its pass time current
                     self.step_s[option.name] = 0.7 * self.step_s[option.name] + 0.3 * elapsed / size
                 self.idle[option.name] = 0
-                self._pending = (option, size, drafted)
+                self._pending = (option, size, drafted, rate is None)
                 self.last_source = getattr(option.proposer, "last_source", "") or option.name
                 return drafted, q
         return [], torch.empty(0)
 
     def rollback(self, keep):
         if self._pending is not None:
-            option, size, drafted = self._pending
+            option, size, drafted, probed = self._pending
             accepted = len(drafted.path) if isinstance(drafted, TreeDraft) else None
             if accepted is None:  # a chain: the tokens kept beyond those before this step
                 accepted = keep - self._before
             counts = self.counts[option.name]
             counts[0] = self.memory * counts[0] + accepted
             counts[1] = self.memory * counts[1] + accepted + (accepted < size)
+            if not probed or self.pays(option):  # drafting because it pays: probe as usual once it stops paying
+                self.wait[option.name] = self.probe_every
+            else:  # a probe that found it still not paying: wait twice as long before the next one
+                self.wait[option.name] = min(2 * self.wait[option.name], self.max_wait)
         for o in self.options:
-            o.proposer.rollback(keep)
+            if o.name in self.started:
+                o.proposer.rollback(keep)
         self._pending = None
 
 

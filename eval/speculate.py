@@ -214,7 +214,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                         proposer = with_auto_off(proposer, kind if name is None else name,
                                                  0.0 if kind == "lookup" else costs["draft_step_s"], gamma,
                                                  costs["target_pass_s"], tree_size(cfg, kind),
-                                                 probe_every=int(cfg.router.probe_every))
+                                                 probe_every=int(cfg.router.probe_every),
+                                                 max_probe_every=int(cfg.router.max_probe_every))
                     settings.append(((kind, name), gamma, threshold, label, predicted, proposer, list(arm)))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
@@ -394,7 +395,7 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
         options = [Option("lookup", lookup, 0.0, gammas)] if r.lookup else []
         options += [Option(name, DraftModelProposer(d), step_s[name], gammas) for name, d in drafts.items()]
         return RouterProposer(options, costs[next(iter(drafts))]["target_pass_s"], float(r.memory),
-                              probe_every=int(r.probe_every))
+                              probe_every=int(r.probe_every), max_probe_every=int(r.max_probe_every))
     return lookup if kind == "lookup" else LookupThenDraftProposer(lookup, DraftModelProposer(draft, threshold))
 
 
@@ -484,10 +485,11 @@ def check_eval_config(cfg: DictConfig) -> None:
         if min(int(cfg.tree.depth), int(cfg.tree.width), int(cfg.tree.top_k)) < 1:
             raise ValueError(f"tree.depth, tree.width and tree.top_k must be >= 1, got {cfg.tree.depth}, "
                              f"{cfg.tree.width}, {cfg.tree.top_k}.")
-    if ROUTER in cfg.proposers and (int(cfg.router.max_gamma) < 1 or not 0 < float(cfg.router.memory) <= 1
-                                    or int(cfg.router.probe_every) < 0):
-        raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1 and probe_every >= 0, got "
-                         f"{OmegaConf.to_container(cfg.router)}.")
+    if (ROUTER in cfg.proposers or cfg.get("auto_off")) and (
+            int(cfg.router.max_gamma) < 1 or not 0 < float(cfg.router.memory) <= 1 or int(cfg.router.probe_every) < 0
+            or int(cfg.router.max_probe_every) < int(cfg.router.probe_every)):
+        raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1, probe_every >= 0 and max_probe_every >= "
+                         f"probe_every, got {OmegaConf.to_container(cfg.router)}.")
     if cfg.get("policy") not in (None, "auto"):
         raise ValueError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
                          f"prompts, report it on the test prompts), got {cfg.policy!r}.")

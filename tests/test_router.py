@@ -146,3 +146,47 @@ def test_auto_off_wraps_any_policy_even_a_tree(pair):
     cheap = with_auto_off(TreeProposer(target, branching=[2, 1]), "tree", 0.01, 2, PASSES, verified=4)
     gen = generate(target, cheap, prompt, 2, 40)
     assert gen.tokens == _reference(target, prompt, 40) and all(s.source == "tree" for s in gen.steps[:-1])
+
+
+class CountingProposer(SlowProposer):
+    """Counts starts and the draft length of every proposal."""
+
+    def __init__(self, inner):
+        super().__init__(inner, 0.0)
+        self.starts, self.lengths = 0, []
+
+    def start(self, prompt):
+        self.starts += 1
+        super().start(prompt)
+
+    def propose(self, tokens, gamma, params, generator):
+        self.lengths.append(gamma)
+        return super().propose(tokens, gamma, params, generator)
+
+
+def test_a_draft_that_never_pays_is_never_started_and_probes_back_off(pair):
+    """Priced far above a target step, the draft is not even prefilled on prompts where it does not draft; its probes
+    draft one token each and come ever more rarely (16, 32, 64, ... steps apart, up to max_probe_every)."""
+    target, draft = pair
+    prompt = [5, 9, 14, 3, 22]
+    never = CountingProposer(DraftModelProposer(draft))
+    router = with_auto_off(never, "dear", 50.0, 3, PASSES, probe_every=0)
+    for _ in range(2):
+        assert generate(target, router, prompt, 3, 20).tokens == _reference(target, prompt, 20)
+    assert never.starts == 0 and never.lengths == []
+
+    probed = CountingProposer(DraftModelProposer(draft))
+    router = with_auto_off(probed, "dear", 50.0, 3, PASSES, probe_every=4, max_probe_every=16)
+    gen = generate(target, router, prompt, 3, 80)
+    assert gen.tokens == _reference(target, prompt, 80)
+    assert probed.lengths and set(probed.lengths) == {1}  # every draft was a one-token probe
+    drafted = [i for i, s in enumerate(gen.steps) if s.source == "dear"]
+    gaps = [b - a for a, b in zip(drafted, drafted[1:])]
+    assert gaps[:3] == [9, 17, 17], gaps  # waits of 8 then 16 (capped) steps, plus the probe's own step
+    assert probed.starts == 1  # started once, at its first probe
+
+
+def test_bad_probe_cap_names_the_fix(pair):
+    with pytest.raises(ValueError, match="max_probe_every"):
+        RouterProposer([Option("d", DraftModelProposer(pair[1]), 0.1, [1])], PASSES, probe_every=16,
+                       max_probe_every=8)
