@@ -12,11 +12,12 @@ nothing to propose (lookup without a match) hands the step to the next best.
   plus a prior of `prior_weight` judged tokens at `prior_alpha` (optimistic, so each option gets tried).
 - Draft pass times: the given ones, then updated from the router's own timing of each proposal, so a draft that
   turns out slower than measured (a loaded machine, a larger context) loses its steps.
-- Probes: an option not run for `probe_every` steps drafts one token, so acceptance that changes with the context
-  (code copied from the prompt, boilerplate) is noticed again. A probe after which the option still does not pay
-  doubles that option's wait before the next one (up to `max_probe_every`); one that finds it paying resets the wait.
-- Lazy start: an option's `start` (a draft model's prefill of the prompt) runs the first time the option drafts in
-  that prompt, so a switched-off draft costs nothing per prompt; its cache catches up on the tokens it missed then.
+- Target passes, timed live: the wall time from one proposal to the next, less the proposal itself, is what the
+  step's target pass really cost (with the loop's own work: accept, rollback). Its ratio to the cost model's price
+  for that pass, the median over the last `timing_window` steps (a stalled step does not move a median), is tracked
+  for plain one-token passes and for multi-token verify passes, and scales the prices (`timing_window=0`: the cost
+  model's prices as they are): when verifying costs more in real decoding than the cost model timed (a longer
+  context, a busy machine), drafts that no longer pay are switched off by what their steps really cost.
 
 Lossless: the choice uses only earlier steps, before the target sees this step's drafts; each option's proposal
 carries its own distribution q (greedy output stays the target's; sampling stays exactly the target's law, as for
@@ -26,7 +27,9 @@ each option alone). Tree options only verify greedily (decode/tree.py). `with_au
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -46,8 +49,13 @@ class Option:
 
 def step_rate(alpha: float, gamma: int, step_s: float, target_pass_s: list[float], verified: int | None = None) -> float:
     """Expected tokens per second of one step relative to target-only decoding (1.0 = a plain target step). Pure."""
-    cost = gamma * step_s + pass_seconds(target_pass_s, (gamma if verified is None else verified) + 1)
-    return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / cost
+    return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / step_cost(gamma, step_s, target_pass_s, verified)
+
+
+def step_cost(gamma: int, step_s: float, target_pass_s: list[float], verified: int | None = None) -> float:
+    """The cost model's seconds for one step: gamma draft passes and a target pass over the pending token and the
+    `verified` (default gamma) drafted ones. Pure."""
+    return gamma * step_s + pass_seconds(target_pass_s, (gamma if verified is None else verified) + 1)
 
 
 class RouterProposer:
@@ -56,7 +64,7 @@ class RouterProposer:
 
     def __init__(self, options: list[Option], target_pass_s: list[float], memory: float = 0.9,
                  prior_alpha: float = 0.6, prior_weight: float = 2.0, probe_every: int = 16, min_gain: float = 1.0,
-                 max_probe_every: int | None = None):
+                 max_probe_every: int | None = None, timing_window: int = 9):
         if not options:
             raise ValueError("the router needs at least one option (a draft model or prompt lookup).")
         if not 0 < memory <= 1 or not 0 < prior_alpha < 1 or prior_weight <= 0 or probe_every < 0:
@@ -66,6 +74,9 @@ class RouterProposer:
         max_probe_every = 8 * probe_every if max_probe_every is None else max_probe_every
         if max_probe_every < probe_every:
             raise ValueError(f"router needs max_probe_every >= probe_every, got {max_probe_every} < {probe_every}.")
+        if timing_window < 0:
+            raise ValueError(f"router needs timing_window >= 0 (steps whose timing is kept; 0 = price target passes "
+                             f"by the cost model alone), got {timing_window}.")
         if any(not o.gammas or min(o.gammas) < 1 for o in options):
             raise ValueError("every router option needs draft lengths >= 1.")
         self.options, self.passes = options, list(target_pass_s)
@@ -87,6 +98,10 @@ class RouterProposer:
         self.wait = {o.name: probe_every for o in options}  # steps before the next probe (doubles while it does not pay)
         self.max_wait = max_probe_every
         self.started: set[str] = set()  # options started on this prompt (lazy start)
+        # measured / priced seconds of recent one-token target passes, and of multi-token (verify) passes
+        self.timings = (deque(maxlen=timing_window), deque(maxlen=timing_window))
+        self._last_step: tuple[int, float] | None = None  # the previous step: (tokens its target pass fed, draft s)
+        self._clock: float | None = None  # when the previous step's proposal began (this prompt)
         self._prompt: list[int] = []
         self._pending, self._before = None, 0
 
@@ -95,27 +110,44 @@ class RouterProposer:
         a0, w = self.prior
         return (accepted + a0 * w) / (judged + w)
 
+    def rate(self, option: Option, gamma: int) -> float:
+        """Expected tokens per second of a step of `option` at `gamma`, relative to a plain target step: the cost
+        model at the option's recent acceptance, target passes priced at their live-measured slowdowns."""
+        fed = (gamma if option.verified is None else option.verified) + 1
+        cost = gamma * self.step_s[option.name] + pass_seconds(self.passes, fed) * self.slowdown(fed)
+        return expected_tokens_per_step(self.alpha(option.name), gamma) * self.passes[0] * self.slowdown(1) / cost
+
+    def slowdown(self, fed: int) -> float:
+        """Measured over priced seconds of recent target passes over `fed` tokens (one, or several: a verify pass);
+        1 before any was timed."""
+        recent = self.timings[int(fed > 1)]
+        return statistics.median(recent) if recent else 1.0
+
     def plan(self, gamma: int) -> list[tuple[float, Option, int]]:
         """(expected rate, option, gamma) from best to worst, down to the first that does not beat target-only."""
-        ranked = []
-        for o in self.options:
-            for g in (x for x in o.gammas if x <= gamma):
-                ranked.append((step_rate(self.alpha(o.name), g, self.step_s[o.name], self.passes, o.verified), o, g))
+        ranked = [(self.rate(o, g), o, g) for o in self.options for g in o.gammas if g <= gamma]
         ranked.sort(key=lambda r: -r[0])
         return [r for r in ranked if r[0] > self.min_gain]
 
     def pays(self, option: Option) -> bool:
-        """Whether the cost model expects `option`, at its recent acceptance and best draft length, to beat a plain
-        target step."""
-        return any(step_rate(self.alpha(option.name), g, self.step_s[option.name], self.passes, option.verified)
-                   > self.min_gain for g in option.gammas)
+        """Whether `option`, at its recent acceptance and best draft length, is expected to beat a plain step."""
+        return any(self.rate(option, g) > self.min_gain for g in option.gammas)
+
+    def _time_last_step(self, now: float) -> None:
+        """Fold the previous step's target pass (its wall time less its proposal's) into that pass kind's slowdown."""
+        if self._clock is not None and self._last_step is not None:
+            fed, draft_s = self._last_step
+            self.timings[int(fed > 1)].append((now - self._clock - draft_s) / pass_seconds(self.passes, fed))
+        self._clock, self._last_step = now, None
 
     def start(self, prompt):
         self._prompt, self.started = list(prompt), set()  # each option starts when it first drafts (lazy)
+        self._clock, self._last_step = None, None  # the prefill between prompts is not a step
         self._pending = None  # acceptance and timings carry over from prompt to prompt: same pair, same machine
 
     def propose(self, tokens, gamma, params, generator):
         self._pending, self.last_source, self._before = None, "none", len(tokens)
+        self._time_last_step(time.perf_counter())
         if gamma < 1:
             return [], torch.empty(0)
         plan = self.plan(gamma)
@@ -133,12 +165,15 @@ class RouterProposer:
             elapsed = time.perf_counter() - t0
             size = drafted.depth if isinstance(drafted, TreeDraft) else len(drafted)
             if size:
+                fed = (drafted.size if isinstance(drafted, TreeDraft) else size) + 1
+                self._last_step = (fed, time.perf_counter() - self._clock)  # this step's proposals, starts included
                 if option.step_s > 0:  # a model's draft passes: keep its pass time current
                     self.step_s[option.name] = 0.7 * self.step_s[option.name] + 0.3 * elapsed / size
                 self.idle[option.name] = 0
                 self._pending = (option, size, drafted, rate is None)
                 self.last_source = getattr(option.proposer, "last_source", "") or option.name
                 return drafted, q
+        self._last_step = (1, time.perf_counter() - self._clock)
         return [], torch.empty(0)
 
     def rollback(self, keep):

@@ -215,7 +215,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                                                  0.0 if kind == "lookup" else costs["draft_step_s"], gamma,
                                                  costs["target_pass_s"], tree_size(cfg, kind),
                                                  probe_every=int(cfg.router.probe_every),
-                                                 max_probe_every=int(cfg.router.max_probe_every))
+                                                 max_probe_every=int(cfg.router.max_probe_every),
+                                                 timing_window=int(cfg.router.timing_window))
                     settings.append(((kind, name), gamma, threshold, label, predicted, proposer, list(arm)))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
@@ -395,7 +396,8 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
         options = [Option("lookup", lookup, 0.0, gammas)] if r.lookup else []
         options += [Option(name, DraftModelProposer(d), step_s[name], gammas) for name, d in drafts.items()]
         return RouterProposer(options, costs[next(iter(drafts))]["target_pass_s"], float(r.memory),
-                              probe_every=int(r.probe_every), max_probe_every=int(r.max_probe_every))
+                              probe_every=int(r.probe_every), max_probe_every=int(r.max_probe_every),
+                              timing_window=int(r.timing_window))
     return lookup if kind == "lookup" else LookupThenDraftProposer(lookup, DraftModelProposer(draft, threshold))
 
 
@@ -487,9 +489,9 @@ def check_eval_config(cfg: DictConfig) -> None:
                              f"{cfg.tree.width}, {cfg.tree.top_k}.")
     if (ROUTER in cfg.proposers or cfg.get("auto_off")) and (
             int(cfg.router.max_gamma) < 1 or not 0 < float(cfg.router.memory) <= 1 or int(cfg.router.probe_every) < 0
-            or int(cfg.router.max_probe_every) < int(cfg.router.probe_every)):
-        raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1, probe_every >= 0 and max_probe_every >= "
-                         f"probe_every, got {OmegaConf.to_container(cfg.router)}.")
+            or int(cfg.router.max_probe_every) < int(cfg.router.probe_every) or int(cfg.router.timing_window) < 0):
+        raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1, probe_every >= 0, max_probe_every >= "
+                         f"probe_every and timing_window >= 0, got {OmegaConf.to_container(cfg.router)}.")
     if cfg.get("policy") not in (None, "auto"):
         raise ValueError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
                          f"prompts, report it on the test prompts), got {cfg.policy!r}.")

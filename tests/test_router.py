@@ -14,7 +14,7 @@ from decode.tree import TreeProposer
 
 V = 64
 PASSES = [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3]  # a k-token target pass, relative to one token
-
+UNTIMED = {"timing_window": 0}  # prices in units of a target pass, not seconds: no live timing to scale them
 
 @pytest.fixture(scope="module")
 def pair():
@@ -47,7 +47,7 @@ def _router(target, draft, **kw):
     options = [Option("lookup", PromptLookupProposer(V), 0.0, [1, 2, 3]),
                Option("draft", DraftModelProposer(draft), 0.05, [1, 2, 3, 4]),
                Option("self", DraftModelProposer(target), 0.3, [1, 2, 3, 4])]
-    return RouterProposer(options, PASSES, **kw)
+    return RouterProposer(options, PASSES, **UNTIMED, **kw)
 
 
 def _reference(target, prompt, n):
@@ -68,7 +68,7 @@ def test_greedy_with_a_tree_option_verifies_trees_and_chains(pair):
     target, draft = pair
     options = [Option("lookup", PromptLookupProposer(V), 0.0, [1, 2]),
                Option("tree", TreeProposer(draft, branching=[2, 2, 1]), 0.05, [3], verified=10)]
-    router = RouterProposer(options, PASSES, probe_every=2)
+    router = RouterProposer(options, PASSES, probe_every=2, **UNTIMED)
     prompt = [5, 9, 14, 3, 22, 5, 9]
     assert generate(target, router, prompt, 3, 30).tokens == _reference(target, prompt, 30)
 
@@ -78,7 +78,7 @@ def test_the_accurate_option_wins_the_steps(pair):
     target, draft = pair
     options = [Option("poor", DraftModelProposer(draft), 0.05, [1, 2, 3]),
                Option("exact", DraftModelProposer(target), 0.3, [1, 2, 3, 4])]
-    router = RouterProposer(options, PASSES, probe_every=0)
+    router = RouterProposer(options, PASSES, probe_every=0, **UNTIMED)
     gen = generate(target, router, [5, 9, 14], 4, 60)
     exact = [s for s in gen.steps if s.source == "exact"]
     assert len(exact) >= 0.7 * len(gen.steps) and all(s.accepted == s.drafted for s in exact)
@@ -118,7 +118,7 @@ def test_sampled_output_follows_the_target_law_through_the_router(temperature, t
     exact = p[2][:, None] * p
     router = RouterProposer([Option("lookup", PromptLookupProposer(vocab), 0.0, [1, 2]),
                              Option("draft", DraftModelProposer(draft), 0.01, [1, 2, 3])], [1.0, 1.0, 1.0, 1.0],
-                            probe_every=2)
+                            probe_every=2, timing_window=0)
     counts, first = first_two_tokens(target, router, [1, 2, 1, 2], 3, params, vocab, draws)
     tv = 0.5 * (counts / draws - exact).abs().sum().item()
     assert tv <= 0.05, tv
@@ -139,11 +139,12 @@ def test_auto_off_wraps_any_policy_even_a_tree(pair):
     output still the target's, almost every step a plain target step. Priced cheap, it keeps drafting."""
     target, draft = pair
     prompt = [5, 9, 14, 3, 22]
-    dear = with_auto_off(TreeProposer(draft, branching=[2, 1]), "tree", 2.0, 2, PASSES, verified=4, probe_every=8)
+    dear = with_auto_off(TreeProposer(draft, branching=[2, 1]), "tree", 2.0, 2, PASSES, verified=4, probe_every=8,
+                         **UNTIMED)
     gen = generate(target, dear, prompt, 2, 40)
     assert gen.tokens == _reference(target, prompt, 40)
     assert sum(s.source == "tree" for s in gen.steps) <= 2 + len(gen.steps) // 8
-    cheap = with_auto_off(TreeProposer(target, branching=[2, 1]), "tree", 0.01, 2, PASSES, verified=4)
+    cheap = with_auto_off(TreeProposer(target, branching=[2, 1]), "tree", 0.01, 2, PASSES, verified=4, **UNTIMED)
     gen = generate(target, cheap, prompt, 2, 40)
     assert gen.tokens == _reference(target, prompt, 40) and all(s.source == "tree" for s in gen.steps[:-1])
 
@@ -190,3 +191,48 @@ def test_bad_probe_cap_names_the_fix(pair):
     with pytest.raises(ValueError, match="max_probe_every"):
         RouterProposer([Option("d", DraftModelProposer(pair[1]), 0.1, [1])], PASSES, probe_every=16,
                        max_probe_every=8)
+
+
+class OracleProposer:
+    """Proposes the target's own greedy continuation (known in advance) at no cost: alpha = 1, c = 0. With
+    `verify_extra_s`, every step it drafted costs that much more after the proposal (in rollback), as a verify pass
+    dearer in real decoding than the cost model timed it would."""
+
+    def __init__(self, prompt, reference, verify_extra_s=0.0):
+        self.text, self.extra, self.drafted = list(prompt) + list(reference), verify_extra_s, False
+
+    def start(self, prompt):
+        pass
+
+    def propose(self, tokens, gamma, params, generator):
+        self.drafted = True
+        return self.text[len(tokens):len(tokens) + gamma], torch.empty(0)
+
+    def rollback(self, keep):
+        if self.drafted and self.extra:
+            time.sleep(self.extra)
+        self.drafted = False
+
+
+def test_auto_off_prices_target_passes_at_what_they_really_cost(pair):
+    """A perfect free draft pays by the cost model (4 tokens a step at about one pass) and keeps drafting; the same
+    draft whose steps really cost several target steps more (the cost model does not see it) is switched off by the
+    live timing of its steps, after a few, with the target's output unchanged."""
+    target, _ = pair
+    prompt = [5, 9, 14]
+    t0 = time.perf_counter()
+    reference = [generate(target, NoProposer(), prompt, 0, 60) for _ in range(3)][-1].tokens
+    step = (time.perf_counter() - t0) / (3 * 60)
+    passes = [step * (1 + 0.05 * k) for k in range(6)]
+
+    free = with_auto_off(OracleProposer(prompt, reference), "oracle", 0.0, 3, passes, probe_every=16)
+    gen = generate(target, free, prompt, 3, 60)
+    assert gen.tokens == reference and all(s.source == "oracle" for s in gen.steps[:-1])
+
+    dear = with_auto_off(OracleProposer(prompt, reference, verify_extra_s=8 * step), "oracle", 0.0, 3, passes,
+                         probe_every=16)
+    gen = generate(target, dear, prompt, 3, 60)
+    assert gen.tokens == reference
+    drafted = sum(s.source == "oracle" for s in gen.steps)
+    assert drafted <= 6 + 2, [s.source for s in gen.steps]  # the window's median turns after 5 dear steps (+ probes)
+    assert dear.slowdown(4) > 3 * dear.slowdown(1)
