@@ -12,6 +12,11 @@ nothing to propose (lookup without a match) hands the step to the next best.
   plus a prior of `prior_weight` judged tokens at `prior_alpha` (optimistic, so each option gets tried).
 - Draft pass times: the given ones, then updated from the router's own timing of each proposal, so a draft that
   turns out slower than measured (a loaded machine, a larger context) loses its steps.
+- Probes: an option not run for `probe_every` steps drafts one token, so acceptance that changes with the context
+  (code copied from the prompt, boilerplate) is noticed again. A probe after which the option still does not pay
+  doubles that option's wait before the next one (up to `max_probe_every`); drafting because it pays resets it.
+- Lazy start: an option's `start` (a draft model's prefill of the prompt) runs the first time the option drafts in
+  that prompt, so a switched-off draft costs nothing per prompt; its cache catches up on the tokens it missed then.
 - Target passes, timed live: the wall time from one proposal to the next, less the proposal itself, is what the
   step's target pass really cost (with the loop's own work: accept, rollback). Its ratio to the cost model's price
   for that pass, the median over the last `timing_window` steps (a stalled step does not move a median), is tracked
