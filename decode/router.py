@@ -54,13 +54,8 @@ class Option:
 
 def step_rate(alpha: float, gamma: int, step_s: float, target_pass_s: list[float], verified: int | None = None) -> float:
     """Expected tokens per second of one step relative to target-only decoding (1.0 = a plain target step). Pure."""
-    return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / step_cost(gamma, step_s, target_pass_s, verified)
-
-
-def step_cost(gamma: int, step_s: float, target_pass_s: list[float], verified: int | None = None) -> float:
-    """The cost model's seconds for one step: gamma draft passes and a target pass over the pending token and the
-    `verified` (default gamma) drafted ones. Pure."""
-    return gamma * step_s + pass_seconds(target_pass_s, (gamma if verified is None else verified) + 1)
+    cost = gamma * step_s + pass_seconds(target_pass_s, (gamma if verified is None else verified) + 1)
+    return expected_tokens_per_step(alpha, gamma) * target_pass_s[0] / cost
 
 
 class RouterProposer:
