@@ -11,7 +11,7 @@ from pathlib import Path
 
 log = logging.getLogger("draftsmith.eval")
 
-COLUMNS = ["draft", "proposer", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
+COLUMNS = ["draft", "proposer", "auto_off", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
            "mean_drafted", "accepted_per_proposed", "target_tok_s", "spec_tok_s", "speedup", "speedup_ci",
            "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup", "greedy_identical"]
 
@@ -125,7 +125,8 @@ def policy_label(r: dict, name_draft: bool = True) -> str:
     gamma = str(r.get("gamma_setting", r["gamma"]))
     gamma = gamma[len("predicted"):] if gamma.startswith("predicted") else f"={gamma}"  # predicted: "≤<ceiling>"
     stop = f",stop<{r['confidence_threshold']:g}" if r.get("confidence_threshold") else ""
-    return f"{who}{kind} γ{gamma}{stop}"
+    off = "+auto-off" if r.get("auto_off") and kind != "router" else ""  # the router always has it
+    return f"{who}{kind}{off} γ{gamma}{stop}"
 
 
 def policy_plot(records: list[dict], out: Path) -> Path:

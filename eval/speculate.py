@@ -202,10 +202,11 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     label, predicted = gamma, None
                     if gamma == "auto":
                         progress.update(task, description=f"{domain} T={temperature:g} gamma=auto on tune prompts")
-                        tune = tune or tune_set(cfg, tokenizer, target, domain, eos)
+                        tune = tune_set(cfg, tokenizer, target, domain, eos, tune,
+                                        greedy=temperature == 0 and not is_feature_draft(draft))
                         gamma, threshold, label, predicted = choose_auto(cfg, target, draft, tune, params, eos, costs)
                     if kind == "predicted":  # the stop rule's calibration is fitted on the tune prompts only
-                        tune = tune or tune_set(cfg, tokenizer, target, domain, eos)
+                        tune = tune_set(cfg, tokenizer, target, domain, eos, tune)
                         proposer = DraftModelProposer(draft, stop_rule=predicted_stop(draft, tune, costs))
                         label = f"predicted≤{gamma}"
                     else:
@@ -309,11 +310,17 @@ def policy_settings(cfg: DictConfig, kind: str):
     return OmegaConf.to_container(cfg[section]) if section else None
 
 
-def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos) -> dict:
-    """The tune prompts of `domain` (never the reported ones) and the target's greedy continuations of them."""
-    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file, "tune")]
-    greedy = generate_all(target, NoProposer(), prompts, 0, cfg.max_new_tokens, SamplingParams(0.0), eos, cfg.seed)
-    return {"prompts": prompts, "greedy": greedy["tokens"]}
+def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos, tune: dict | None = None,
+             greedy: bool = True) -> dict:
+    """The tune prompts of `domain` (never the reported ones) and, with `greedy`, the target's greedy continuations
+    of them; `tune` (made earlier for this domain) is reused and completed."""
+    if tune is None:
+        tune = {"prompts": [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file,
+                                                                               "tune")]}
+    if greedy and "greedy" not in tune:
+        tune["greedy"] = generate_all(target, NoProposer(), tune["prompts"], 0, cfg.max_new_tokens, SamplingParams(0.0),
+                                      eos, cfg.seed)["tokens"]
+    return tune
 
 
 def predicted_stop(draft, tune: dict, costs: dict) -> SurvivalStop:
@@ -428,15 +435,16 @@ def choose_auto(cfg: DictConfig, target, draft, tune: dict, params, eos, costs: 
     only. Greedy: every gamma in 1..max_auto_gamma and every threshold asked for, replayed on the target's greedy
     path (decode/replay.py: exact acceptance, one teacher-forced draft pass per prompt). Sampling: a gamma=4 pilot
     for alpha, then the cost model's expected speedup per gamma for i.i.d. acceptance. Either way the simplest rule
-    within `auto_tolerance` of the best expected one."""
+    within `auto_tolerance` of the best expected one. A feature draft (Medusa, EAGLE-style) always takes the pilot
+    route (its replay is not built), so no threshold is chosen for it."""
     passes, tolerance = costs["target_pass_s"][: cfg.max_auto_gamma + 1], float(cfg.auto_tolerance)
     prompts = tune["prompts"]
-    if params.temperature == 0:
+    if params.temperature == 0 and not is_feature_draft(draft):
         best = best_rule(draft_positions(draft, prompts, tune["greedy"]), costs["draft_step_s"], passes,
                          len(passes) - 1, thresholds_of(cfg), tolerance)
         gamma, threshold, expected = best["gamma"], best["confidence_threshold"], best["expected_speedup"]
     else:
-        pilot = generate_all(target, DraftModelProposer(draft), prompts, 4, cfg.max_new_tokens, params, eos, cfg.seed)
+        pilot = generate_all(target, draft_proposer(draft), prompts, 4, cfg.max_new_tokens, params, eos, cfg.seed)
         alpha = acceptance(pilot["steps"])["alpha"]
         (gamma, expected), threshold = best_gamma(alpha, costs["draft_step_s"], passes, tolerance), 0.0
     return gamma, threshold, f"auto:{gamma}" + (f",stop<{threshold:g}" if threshold else ""), expected
@@ -498,11 +506,10 @@ def check_eval_config(cfg: DictConfig) -> None:
     if cfg.get("policy") == "auto" and cfg.split != "test":
         raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
     features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
-    if features and (set(cfg.proposers) != {"draft"} or "auto" in gammas or cfg.compile or cfg.get("policy")):
+    if features and (set(cfg.proposers) != {"draft"} or cfg.compile or cfg.get("policy")):
         raise ValueError(f"{', '.join(features)}: feature drafts (Medusa heads, EAGLE-style) decode as chains of their own "
-                         "(proposers=[draft]) with fixed gammas, compile=false and no policy=auto. Fix: "
-                         "proposers=[draft] gamma=[1,3] compile=false (measure standalone drafts' other policies in "
-                         "another run).")
+                         "(proposers=[draft]) with compile=false and no policy=auto. Fix: proposers=[draft] "
+                         "compile=false (measure standalone drafts' other policies in another run).")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
         raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 

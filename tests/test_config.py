@@ -61,6 +61,12 @@ def test_every_experiment_composes(name):
     if name == "longer":  # 4x the steps on 800 answers per store, kept apart from the default run's 400
         assert (cfg.trainer.max_steps, cfg.data.generate.n_prompts, cfg.optim.lr) == (640, 800, 2e-3)
         assert [Path(s.path).name for s in cfg.data.sources] == ["general-800.jsonl", "general-800-t1.jsonl"]
+    if name == "qwen_coder_eagle":  # an EAGLE-style draft trained from the 1.5B's cached features
+        from train.distill import check_config
+
+        assert (cfg.model.draft.kind, cfg.teacher, cfg.spec_eval.enabled) == ("eagle", "cache", False)
+        assert Path(cfg.data.sources[0].path).name == "code.jsonl"  # the quick recipe's answers
+        check_config(cfg)
 
 
 def test_study_arms_pin_their_data_whatever_the_default():

@@ -203,8 +203,10 @@ def _train_export_and_measure(tmp_path, tiny_target_dir, text_file, kind, *extra
     assert info["draft_kind"] == kind and feature_kind_of(export) == kind
     stored = load_file(str(export / "model.safetensors"))
     assert stored and not any(k.startswith(("embed_tokens", "lm_head")) for k in stored)  # the target's, not stored
-    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "gamma=[1,2]", "domains=[general]"))
-    assert len(records) == 2 and all(r["greedy_identical"] for r in records)
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "gamma=[1,2,auto]", "domains=[general]",
+                                "max_auto_gamma=3"))
+    assert len(records) == 3 and all(r["greedy_identical"] for r in records)
+    assert str(records[2]["gamma_setting"]).startswith("auto:")  # chosen by a pilot on the tune prompts
     assert all(r["cost_ratio_c"] > 0 for r in records)
     with pytest.raises(ValueError, match="feature drafts"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "proposers=[draft,lookup+draft]"))
@@ -227,11 +229,58 @@ def test_feature_drafts_refuse_what_they_cannot_do(tmp_path, tiny_target_dir, te
 
     from train.distill import check_config
 
-    for extra, match in (("teacher=cache", "teacher=live"), ("lora.enabled=true", "lora.enabled=false"),
-                         ("onpolicy.fraction=0.5", "onpolicy.fraction=0")):
+    for extra, match in (("lora.enabled=true", "lora.enabled=false"), ("onpolicy.fraction=0.5", "onpolicy.fraction=0")):
         with pytest.raises(ValueError, match=match):
             check_config(tiny_cfg(tmp_path, tiny_target_dir, text_file, "model/draft=eagle", extra,
                                   "spec_eval.enabled=false"))
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_cached_features_give_the_live_targets_loss_without_the_target(target, kind):
+    from train.module import DistillModule
+    from train.teacher_cache import FEATURES, features_of_target
+
+    torch.manual_seed(1)
+    draft = trained_like(MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target))
+    ids = torch.randint(3, VOCAB, (2, 12))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    cached = features_of_target(target, ids)[FEATURES]
+    assert cached.dtype == torch.float16 and cached.shape == (2, 12, 32)
+    for train_vocab in (None, 40):
+        live = DistillModule(target, draft, loss="jsd", train_vocab=train_vocab, special_ids={0},
+                             feature={"decay": 0.8, "steps": 2})
+        alone = DistillModule(None, draft, loss="jsd", train_vocab=train_vocab, special_ids={0},
+                              feature={"decay": 0.8, "steps": 2})  # teacher=cache: no target at all
+        for metrics in (False, True):
+            want = live._distill(batch, metrics=metrics)
+            exact = alone._distill({**batch, FEATURES: final_hidden(target, ids)}, metrics=metrics)
+            assert torch.allclose(exact["loss"], want["loss"], atol=1e-6)  # the same features: the same loss
+            rounded = alone._distill({**batch, FEATURES: cached}, metrics=metrics)
+            assert torch.allclose(rounded["loss"], want["loss"], rtol=2e-3, atol=1e-4)  # float16 storage
+
+
+@pytest.mark.integration
+def test_a_feature_cache_is_built_once_and_trained_from(tmp_path, tiny_target_dir, text_file):
+    from test_train import tiny_cfg
+
+    from train.distill import train
+    from train.teacher_cache import DONE, cache_kind
+
+    def run(name, *extra):
+        return train(tiny_cfg(tmp_path / name, tiny_target_dir, text_file, "model/draft=eagle", "teacher=cache",
+                              "spec_eval.enabled=false", "trainer.max_steps=2", "model.draft.unroll_steps=2",
+                              f"paths.cache_dir={tmp_path / 'cache'}", *extra))
+
+    first = run("a")
+    caches = list((tmp_path / "cache" / "teacher").glob(f"*/*-features/{DONE}"))
+    assert len(caches) == 1 and cache_kind(caches[0].parent) == "features" and first["steps"] == 2
+    stamp = caches[0].stat().st_mtime_ns
+    second = run("b")  # the cache is reused, not rebuilt
+    assert second["steps"] == 2 and caches[0].stat().st_mtime_ns == stamp
+    assert second["after"]["val/kl"] == pytest.approx(first["after"]["val/kl"])  # same data, same seed
+    with pytest.raises(ValueError, match="holds the target's features"):  # a standalone draft cannot read it
+        train(tiny_cfg(tmp_path / "c", tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
+                       "loss=forward_kl", f"teacher_cache={caches[0].parent}"))
 
 
 @pytest.mark.parametrize("kind,train_vocab", [("medusa", None), ("eagle", 40)])

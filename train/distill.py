@@ -58,7 +58,8 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(f"loss.ce_weight must be in [0, 1], got {cfg.loss.ce_weight}.")
     if cfg.teacher not in ("live", "cache"):
         raise ValueError(f"teacher must be live or cache, got '{cfg.teacher}'.")
-    if cfg.teacher == "cache" and (cfg.loss.name not in ("forward_kl", "cross_entropy") or cfg.loss.temperature != 1):
+    top_k_cache = cfg.teacher == "cache" and cfg.model.draft.kind not in ("medusa", "eagle")  # feature caches: any loss
+    if top_k_cache and (cfg.loss.name not in ("forward_kl", "cross_entropy") or cfg.loss.temperature != 1):
         raise ValueError("teacher=cache stores the target's top-k at temperature 1: it supports loss=forward_kl (sparse "
                          "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: add loss=forward_kl "
                          "(the default loss, jsd, needs full logits), or use teacher=live.")
@@ -96,21 +97,45 @@ def check_config(cfg: DictConfig) -> None:
                               "or export.overwrite=true.")
 
 
-def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer) -> str | None:
-    """teacher=cache: the folder scripts/cache_teacher.py wrote for this target and these data settings."""
+def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=None) -> str | None:
+    """teacher=cache: the folder scripts/cache_teacher.py wrote for this target and these data settings; for a feature
+    draft, the target's feature cache, built here first (resumable) when it is missing."""
     if cfg.teacher != "cache":
         return None
-    if cfg.teacher_cache:
-        return str(cfg.teacher_cache)
-    from train.teacher_cache import DONE, default_cache_path
+    from train.teacher_cache import DONE, cache_kind, default_cache_path
 
-    data_name = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg)).cache_path.name
+    feature = cfg.model.draft.kind in ("medusa", "eagle")
+    if cfg.teacher_cache:
+        path = Path(str(cfg.teacher_cache)).expanduser()
+        if (path / DONE).is_file() and (cache_kind(path) == "features") != feature:
+            raise ValueError(f"teacher_cache={path} holds the target's {cache_kind(path)}, but a "
+                             f"{'feature' if feature else 'standalone'} draft trains from its "
+                             f"{'features' if feature else 'top-k'}. Fix: teacher_cache=null (the default cache).")
+        if not feature or (path / DONE).is_file():
+            return str(path)
+    dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg))
+    data_name = dm.cache_path.name
+    if feature:
+        return build_feature_cache(cfg, dm, target, cfg.teacher_cache or default_cache_path(
+            cfg.paths.cache_dir, cfg.model.target.slug, data_name, None))
     base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
     found = sorted(base.glob(f"{data_name}-k*/{DONE}"))
     if not found:
         raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
                                 "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
     return str(found[-1].parent)
+
+
+def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out) -> str:
+    """The target's final hidden states over the very blocks training reads (train/teacher_cache.py), once."""
+    from train.teacher_cache import DONE, build_cache
+
+    if not (Path(out) / DONE).is_file():
+        dm.setup()
+        log.info("teacher=cache: caching %s's features over %d train + %d val blocks (once, resumable) -> %s",
+                 cfg.model.target.name_or_path, len(dm.train_set), len(dm.val_set), out)
+    return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, out, None, cfg.cache_batch_size,
+                           info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name}))
 
 
 def generated_stores(cfg: DictConfig) -> list[tuple[Path, float, str]]:
@@ -163,8 +188,7 @@ def check_feature_draft(cfg: DictConfig) -> None:
     d = cfg.model.draft
     if d.kind not in ("medusa", "eagle"):
         return
-    fixes = {"teacher=live (the draft reads the target's features every step)": cfg.teacher != "live",
-             "onpolicy.fraction=0": cfg.onpolicy.fraction > 0, "lora.enabled=false": cfg.lora.enabled}
+    fixes = {"onpolicy.fraction=0": cfg.onpolicy.fraction > 0, "lora.enabled=false": cfg.lora.enabled}
     wrong = [fix for fix, bad in fixes.items() if bad]
     if wrong:
         raise ValueError(f"model.draft.kind={d.kind} (a feature draft) needs " + ", ".join(wrong) + ".")
@@ -278,7 +302,7 @@ def train(cfg: DictConfig) -> dict:
     answer_missing_prompts(cfg, tokenizer, target)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
-                                   teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer))
+                                   teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer, target))
     run_name, tags = run_name_and_tags(cfg, draft)
     meta = {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
             "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),

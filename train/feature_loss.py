@@ -1,7 +1,7 @@
 """Distillation losses of the feature drafts (decode/feature_drafts.py) against the frozen target's logits.
 
-The target runs once per batch and gives its features F (B, T, H) (final hidden states, what its LM head reads);
-every loss below is the configured divergence (train/losses.py `chunked_distill`, the same family as standalone
+The target runs once per batch and gives its features F (B, T, H) (final hidden states, what its LM head reads),
+or they come cached with the batch (teacher=cache: train/teacher_cache.py's feature cache); every loss below is the configured divergence (train/losses.py `chunked_distill`, the same family as standalone
 drafts) between the draft's logits and the target's at the right offset:
 
 - Medusa head k (k = 1..K) at position t reads F[t] and is scored against the target's logits at t+k, which
@@ -21,6 +21,7 @@ import torch
 
 from decode.feature_drafts import additive, final_hidden, unroll_allowed
 from train.losses import chunked_distill, loss_mask, own_precision
+from train.teacher_cache import FEATURES
 from train.train_vocab import remap
 
 
@@ -68,18 +69,21 @@ def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, 
     "top1_agree", "expected_accept" and "top1_agree_k" per k. `kept` = (ids, the frozen head over them)
     (model.draft.train_vocab, train/train_vocab.py): training scores only those ids, for draft and target alike
     (they share the head), at positions whose next token is kept; validation (metrics) scores the full head."""
-    with torch.no_grad(), own_precision(batch["input_ids"]):  # the target ignores bf16-mixed autocast
-        features = final_hidden(target, batch["input_ids"], batch["attention_mask"])
+    if FEATURES in batch:  # teacher=cache: the target's features were cached once (train/teacher_cache.py)
+        features = batch[FEATURES].to(draft.get_output_embeddings().weight.dtype)
+    else:
+        with torch.no_grad(), own_precision(batch["input_ids"]):  # the target ignores bf16-mixed autocast
+            features = final_hidden(target, batch["input_ids"], batch["attention_mask"])
     labels = batch["labels"]
     if draft.draft_kind == "medusa":
         pairs = medusa_pairs(draft, features, labels)
     else:
         pairs = eagle_pairs(draft, features, labels, batch["input_ids"], steps)
-    head = target.get_output_embeddings()
+    head = full_head = draft.get_output_embeddings()  # the target's own head, which the draft shares
     if kept is not None and not metrics:
         ids, head = kept
         pairs = [(student, teacher, mask & ok, index) for student, teacher, mask, nxt in pairs
-                 for index, ok in [remap(nxt, ids, target.get_output_embeddings().out_features)]]
+                 for index, ok in [remap(nxt, ids, full_head.out_features)]]
     weights = [decay ** k for k in range(len(pairs))]
     total, result = 0.0, {}
     for k, (student, teacher, mask, nxt) in enumerate(pairs, start=1):

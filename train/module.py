@@ -43,7 +43,8 @@ class DistillModule(L.LightningModule):
                  special_ids=(), feature: dict | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["target", "draft", "meta", "special_ids"])
-        # target None: the teacher is a logit cache that comes with each batch (train/teacher_cache.py)
+        # target None: the teacher is a cache that comes with each batch (train/teacher_cache.py): the target's top-k
+        # logits, or for feature drafts its features
         self.target = target.eval().requires_grad_(False) if target is not None else None
         self.draft = draft
         self.loss_fn = get_loss(loss, **(loss_params or {}))
@@ -54,7 +55,7 @@ class DistillModule(L.LightningModule):
         self._last_step_time: float | None = None
         self._kept = None  # train_vocab: (kept ids, frozen head over them), train/train_vocab.py
         if train_vocab:
-            if target is None:
+            if target is None and not is_feature_draft(draft):  # a feature draft holds the target's head itself
                 raise ValueError("model.draft.train_vocab works with teacher=live (the cached teacher's top-k ids "
                                  "are not restricted). Fix: model.draft.train_vocab=null or teacher=live.")
             self._kept = kept_head(draft, int(train_vocab), special_ids)

@@ -3,6 +3,11 @@ log-probabilities, their token ids and the log of the remaining tail mass. Train
 (`train/distill.py teacher=cache`): a sparse forward KL compares the draft with the cached top-k plus one tail
 bucket, which is exact for the top-k tokens and lumps the rest of the vocabulary together.
 
+Feature drafts (Medusa heads, the EAGLE-style draft) read the target's final hidden states instead: a *feature
+cache* (`features_of_target`, top_k=None) keeps them per token in float16 (hidden size x 2 bytes per token), and the
+teacher's logits come back exactly from them through the target's LM head, which the draft holds anyway. Training
+then runs no target forward pass (train/distill.py builds this cache itself when `teacher=cache`).
+
 Stored with `datasets` as Arrow shards of `shard_blocks` blocks, each written atomically, so an interrupted
 caching job resumes at the first missing shard.
 """
@@ -23,9 +28,27 @@ log = logging.getLogger(__name__)
 DONE = "done.json"
 
 
-def default_cache_path(cache_root: str | os.PathLike, target_slug: str, data_cache_name: str, top_k: int) -> Path:
-    """One cache per (target, tokenized data, k): <cache>/teacher/<target slug>/<data cache name>-k<k>."""
-    return Path(cache_root).expanduser() / "teacher" / target_slug / f"{data_cache_name}-k{top_k}"
+FEATURES = "target_features"
+FP16_MAX = 65504.0
+
+
+def default_cache_path(cache_root: str | os.PathLike, target_slug: str, data_cache_name: str,
+                       top_k: int | None) -> Path:
+    """One cache per (target, tokenized data, k): <cache>/teacher/<target slug>/<data cache name>-k<k>; top_k None:
+    the feature cache, <data cache name>-features."""
+    suffix = "features" if top_k is None else f"k{top_k}"
+    return Path(cache_root).expanduser() / "teacher" / target_slug / f"{data_cache_name}-{suffix}"
+
+
+@torch.no_grad()
+def features_of_target(target, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The target's final hidden states (what its LM head reads) at every position of (B, S) ids, float16."""
+    hidden = target.get_decoder()(input_ids=input_ids, use_cache=False).last_hidden_state.float()
+    peak = hidden.abs().max().item()
+    if peak > FP16_MAX:
+        raise ValueError(f"The target's final hidden states reach {peak:.3g}, beyond float16's range: they cannot be "
+                         "cached. Fix: teacher=live.")
+    return {FEATURES: hidden.to(torch.float16)}
 
 
 @torch.no_grad()
@@ -46,9 +69,10 @@ def topk_of_target(target, input_ids: torch.Tensor, top_k: int, chunk_size: int 
             "teacher_tail": torch.cat(tail).reshape(shape)}
 
 
-def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int, batch_size: int = 8,
+def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None, batch_size: int = 8,
                 shard_blocks: int = 64, info: dict | None = None) -> Path:
-    """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`."""
+    """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`: the
+    target's top-k, or with top_k None its final hidden states (`features_of_target`)."""
     import datasets
     from tqdm.auto import tqdm
 
@@ -60,16 +84,22 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int, batch_
     for split, blocks in splits.items():
         n = len(blocks)
         shards = range(0, n, shard_blocks)
-        for start in tqdm(shards, desc=f"caching teacher top-{top_k} ({split})", unit="shard"):
+        what = "features" if top_k is None else f"top-{top_k}"
+        bar = tqdm(total=n, desc=f"caching the target's {what} ({split})", unit="block")
+        for start in shards:
             shard_dir = out / split / f"{start:08d}"
             if shard_dir.is_dir():  # written atomically: present means complete
+                bar.update(min(start + shard_blocks, n) - start)
                 continue
-            rows: dict[str, list] = {"teacher_ids": [], "teacher_logp": [], "teacher_tail": []}
+            rows: dict[str, list] = {}
             for b in range(start, min(start + shard_blocks, n), batch_size):
                 ids = torch.stack([torch.as_tensor(blocks[i]["input_ids"]) for i in range(b, min(b + batch_size,
                                                                                             start + shard_blocks, n))])
-                for key, value in topk_of_target(target, ids.to(target.device), top_k).items():
-                    rows[key] += [v.cpu().numpy() for v in value]
+                ids = ids.to(target.device)
+                computed = features_of_target(target, ids) if top_k is None else topk_of_target(target, ids, top_k)
+                for key, value in computed.items():
+                    rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
+                bar.update(len(ids))
             tmp = Path(tempfile.mkdtemp(dir=out, prefix=".shard-tmp-"))
             try:
                 datasets.Dataset.from_dict(rows).save_to_disk(str(tmp))
@@ -77,9 +107,15 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int, batch_
                 os.replace(tmp, shard_dir)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    (out / DONE).write_text(json.dumps({"top_k": top_k, **{f"{s}_blocks": len(b) for s, b in splits.items()},
-                                        **(info or {})}, indent=1))
+        bar.close()
+    (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k",
+                                        **{f"{s}_blocks": len(b) for s, b in splits.items()}, **(info or {})}, indent=1))
     return out
+
+
+def cache_kind(path: str | os.PathLike) -> str:
+    """"features" or "top_k": what a complete cache folder holds (older top-k caches record no kind)."""
+    return json.loads((Path(path) / DONE).read_text()).get("kind", "top_k")
 
 
 def load_cache(path: str | os.PathLike, split: str, expected_blocks: int):
