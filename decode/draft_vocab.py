@@ -8,7 +8,11 @@ docs/results.md). The same idea as FR-Spec's frequency-ranked draft vocabulary a
 EAGLE-3's reduced draft vocabulary.
 
 Why the first ids: byte-level BPE tokenizers (GPT-2, Llama 3, Qwen, SmolLM, ...) number their tokens in merge order,
-and merges are learned most-frequent first, so low ids are the frequent ones. No corpus is needed.
+and merges are learned most-frequent first, so low ids are the frequent ones. No corpus is needed. But merge order
+follows the tokenizer's training corpus, not the target's domain: with a 151,936-id vocabulary the first 8192 ids
+may miss many tokens of code that the target writes, and every such token caps acceptance. So a head can instead keep
+the ids most frequent in a text of the domain (`rank_tokens`, `eval/speculate.py draft_vocab_from=<file>`), ideally the
+target's own answers, never the evaluation prompts.
 
 The head scatters its `size` logits into a full-vocabulary row filled with -inf, so the rest of the decoder (and
 transformers' assisted generation) sees ordinary logits: the draft's distribution q is zero outside the kept ids.
@@ -56,21 +60,38 @@ class SubsetHead(nn.Module):
         return f"keeps {len(self.ids)} of {self.vocab_size} token ids"
 
 
-def kept_ids(vocab_size: int, size: int, keep=()) -> torch.Tensor:
-    """The ids a head of `size` keeps: every id in `keep` (special tokens) and the lowest other ids, sorted."""
+def rank_tokens(token_ids, vocab_size: int) -> list[int]:
+    """The ids that occur in `token_ids`, most frequent first (ties: the lower id first)."""
+    ids = torch.as_tensor(list(token_ids), dtype=torch.long)
+    ids = ids[(ids >= 0) & (ids < vocab_size)]
+    counts = torch.bincount(ids, minlength=vocab_size)
+    seen = torch.nonzero(counts).flatten()
+    order = sorted(seen.tolist(), key=lambda i: (-int(counts[i]), i))
+    return order
+
+
+def kept_ids(vocab_size: int, size: int, keep=(), ranking=None) -> torch.Tensor:
+    """The ids a head of `size` keeps, sorted: every id in `keep` (special tokens), then the ids of `ranking` in its
+    order (most frequent first, `rank_tokens`), then the lowest other ids."""
     special = sorted({int(i) for i in keep if 0 <= int(i) < vocab_size})
     if size < len(special) + 1:
         raise ValueError(f"draft_vocab={size} cannot hold the {len(special)} special tokens and one more. "
                          f"Fix: draft_vocab >= {len(special) + 1}, auto (8192 on CPU), or null for the full head.")
-    chosen = set(special)
-    ids = special + [i for i in range(vocab_size) if i not in chosen][: size - len(special)]
+    chosen, ids = set(special), list(special)
+    for i in [int(i) for i in (ranking or ()) if 0 <= int(i) < vocab_size] + list(range(vocab_size)):
+        if len(ids) == size:
+            break
+        if i not in chosen:
+            chosen.add(i)
+            ids.append(i)
     return torch.tensor(sorted(ids), dtype=torch.long)
 
 
-def restrict_vocab(model, size: int | str | None, keep=(), copy: bool = False) -> tuple[nn.Module, dict]:
+def restrict_vocab(model, size: int | str | None, keep=(), copy: bool = False,
+                   ranking=None) -> tuple[nn.Module, dict]:
     """The model with its LM head cut to `size` ids ("auto": 8192 on CPU, whole on GPUs; None, 0 or >= the
-    vocabulary: unchanged), in place or in a deep copy with copy=True. Returns the model to decode with and the plan
-    for the run's recorded conditions."""
+    vocabulary: unchanged), in place or in a deep copy with copy=True; `ranking` (ids, most frequent first) chooses
+    which ids (`kept_ids`). Returns the model to decode with and the plan for the run's recorded conditions."""
     head = model.get_output_embeddings()
     if isinstance(head, SubsetHead):
         raise ValueError("This draft's head is already restricted; restrict the original model.")
@@ -87,8 +108,8 @@ def restrict_vocab(model, size: int | str | None, keep=(), copy: bool = False) -
                          "Fix: draft_vocab=null.")
     if size >= vocab:
         return model, plan
-    ids = kept_ids(vocab, size, keep)
+    ids = kept_ids(vocab, size, keep, ranking)
     if copy:
         model = deepcopy(model)
     model.set_output_embeddings(SubsetHead(model.get_output_embeddings(), ids))
-    return model, {**plan, "restricted": True}
+    return model, {**plan, "restricted": True, "order": "frequency" if ranking else "ids"}

@@ -15,7 +15,9 @@ def _layout(e: dict) -> str:
     """The CPU matmul layout the decoder used (decode/fast_linear.py), whether the draft ran with int8 weights
     (decode/quantize.py) or a head over part of the vocabulary (decode/draft_vocab.py) and whether passes were
     compiled (decode/compiled.py), where recorded."""
-    extras = (f", draft head over the first {e['draft_vocab']} token ids" if e.get("draft_vocab") else "") + (
+    which = "the" if e.get("draft_vocab_order") == "frequency" else "the first"
+    most = " most frequent in the domain's text (draft_vocab_from)" if which == "the" else ""
+    extras = (f", draft head over {which} {e['draft_vocab']} token ids{most}" if e.get("draft_vocab") else "") + (
         ", compiled passes on static caches" if e.get("compiled") else "")
     if "cuda" in str(e.get("device")):
         return extras

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import decoding_context, measure_costs
-from decode.draft_vocab import restrict_vocab
+from decode.draft_vocab import rank_tokens, restrict_vocab
 from decode.feature_decoding import draft_proposer
 from decode.feature_drafts import is_feature_draft
 from decode.feature_export import feature_kind_of
@@ -36,7 +36,7 @@ from decode.quantize import quantize_draft
 from decode.replay import best_rule, draft_positions
 from eval.card import best_by_domain, write_card, write_policy
 from eval.tracking import log_eval_to_wandb
-from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, special_token_ids
+from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
 from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
                             replayed_speedup, theoretical_speedup)
 from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
@@ -450,6 +450,28 @@ def choose_auto(cfg: DictConfig, target, draft, tune: dict, params, eos, costs: 
     return gamma, threshold, f"auto:{gamma}" + (f",stop<{threshold:g}" if threshold else ""), expected
 
 
+def draft_vocab_ranking(source, tokenizer, vocab_size: int) -> list[int] | None:
+    """draft_vocab_from: the token ids of a data source (as in data.sources; chats count the assistant's turns, what
+    the target writes), most frequent first, for the cut draft head to keep (decode/draft_vocab.py)."""
+    if not source:
+        return None
+    from data.sources import describe, iter_source
+
+    source = OmegaConf.to_container(source) if isinstance(source, DictConfig) else dict(source)
+    ids = []
+    for example in iter_source(source):
+        texts = [m["content"] for m in example if m.get("role") == "assistant"] if isinstance(example, list) else [example]
+        for text in texts:
+            ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ValueError(f"draft_vocab_from={describe(source)} holds no text to count tokens in. Fix: point it at a "
+                         "text or chat file of the domain (the target's own answers, say), or draft_vocab_from=null.")
+    ranked = rank_tokens(ids, vocab_size)
+    log.info("draft_vocab_from: %d tokens of %s, %d distinct ids ranked by frequency", len(ids), describe(source),
+             len(ranked))
+    return ranked
+
+
 def check_eval_config(cfg: DictConfig) -> None:
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
@@ -528,7 +550,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     hf_drafts = load_drafts(standalone, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                             cache_dir=cfg.cache_dir, device=cfg.device) if "assisted" in cfg.transformers else {}
     special = special_token_ids(tokenizer, target)
-    vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special)[1] for name, draft in drafts.items()}
+    ranking = draft_vocab_ranking(cfg.get("draft_vocab_from"), tokenizer, model_vocab_size(target))
+    vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special, ranking=ranking)[1] for name, draft in drafts.items()}
     # feature drafts stay in float: their layers are a small part of a step
     quant = {name: quantize_draft(draft, "none" if is_feature_draft(draft) else cfg.draft_quant)[1]
              for name, draft in drafts.items()}
@@ -548,6 +571,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine(), "gpu": gpu_name(target.device),
                   "top_k": cfg.top_k, "top_p": cfg.top_p, "draft_quant": quant, "draft_vocab": vocab,
+                  "draft_vocab_from": OmegaConf.to_container(cfg.draft_vocab_from) if isinstance(
+                      cfg.get("draft_vocab_from"), DictConfig) else cfg.get("draft_vocab_from"),
                   "costs": {}, "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     models = [target, *drafts.values()]
     max_len = run_length([encode_prompt(tokenizer, p) for d in cfg.domains
@@ -591,6 +616,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                           "threads": conditions["threads"], "device": conditions["device"],
                           "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
                           "draft_vocab": vocab[name]["size"] if vocab[name]["restricted"] else None,
+                          "draft_vocab_order": vocab[name].get("order"),
                           "compiled": bool(cfg.compile), "provenance": conditions["provenance"],
                           "source": "eval/speculate.py"} for r in records
                          if r["draft"] == name and r["proposer"] == "draft"]

@@ -44,7 +44,8 @@ def test_restrict_vocab_modes_and_errors(monkeypatch):
     draft = make_model(V, layers=1)
     assert restrict_vocab(draft, "auto")[1] == {"size": 8192, "restricted": False, "vocab_size": V}  # head < 8192
     monkeypatch.setattr(decode.draft_vocab, "AUTO_CPU_SIZE", 32)
-    assert restrict_vocab(draft, "auto", copy=True)[1] == {"size": 32, "restricted": True, "vocab_size": V}
+    assert restrict_vocab(draft, "auto", copy=True)[1] == {"size": 32, "restricted": True, "vocab_size": V,
+                                                           "order": "ids"}
     same, plan = restrict_vocab(draft, None)
     assert same is draft and not plan["restricted"]
     assert restrict_vocab(draft, V)[0] is draft  # a head as big as the vocabulary: nothing to cut
@@ -123,3 +124,38 @@ def test_sampled_decoding_with_a_cut_head_runs_in_vocabulary():
     gen = generate(target, DraftModelProposer(small), [7, 11, 13], 3, 20, SamplingParams(1.0, top_k=20),
                    generator=torch.Generator().manual_seed(0))
     assert len(gen.tokens) == 20 and all(0 <= t < V for t in gen.tokens)
+
+
+def test_a_frequency_ranking_chooses_the_kept_ids_and_greedy_output_stays_the_targets():
+    from decode.draft_vocab import rank_tokens
+
+    assert rank_tokens([5, 9, 9, 3, 5, 9, 200, -1], 100) == [9, 5, 3]  # by count, ties to the lower id, in range
+    assert kept_ids(100, 5, keep=[0], ranking=[90, 50, 90, 7]).tolist() == [0, 1, 7, 50, 90]  # then the lowest ids
+    assert kept_ids(100, 3, keep=[0], ranking=[90, 50, 7]).tolist() == [0, 50, 90]  # the ranking's order decides
+    target = make_model(V, layers=3, seed=1, init=0.3)
+    draft = make_model(V, layers=1, seed=2, init=0.3)
+    prompt = [7, 11, 13, 40, 90]
+    reference = generate(target, NoProposer(), prompt, 0, 24).tokens
+    ranked = rank_tokens(reference, V)  # the target's own tokens, most frequent first
+    small, plan = restrict_vocab(draft, 16, keep=[2], copy=True, ranking=ranked)
+    assert plan["order"] == "frequency" and set(ranked[:15]) <= set(small.lm_head.ids.tolist())
+    for gamma in (1, 3):
+        assert generate(target, DraftModelProposer(small), prompt, gamma, 24).tokens == reference
+
+
+def test_draft_vocab_from_ranks_the_assistants_turns(tmp_path):
+    import json
+
+    from eval.speculate import draft_vocab_ranking
+
+    class Chars:  # a tokenizer: one id per character
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+    path = tmp_path / "answers.jsonl"
+    path.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": "zzzz"},
+                                                       {"role": "assistant", "content": text}]})
+                              for text in ("abb", "bcc", "cc")) + "\n")
+    ranked = draft_vocab_ranking({"kind": "files", "path": str(path), "format": "chat"}, Chars(), 128)
+    assert ranked == [ord("c"), ord("b"), ord("a")]  # the user's turns are not counted
+    assert draft_vocab_ranking(None, Chars(), 128) is None

@@ -103,7 +103,8 @@ def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_
     assert loaded.assistant_confidence_threshold == 0.0  # as measured: no early stop (transformers' default: 0.4)
     assert loaded.eos_token_id == 2 and "num_assistant_tokens = 2  # already this folder's default" in card
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())["conditions"]
-    assert saved["draft_vocab"][str(folder)] == {"size": 64, "restricted": True, "vocab_size": 320}
+    assert saved["draft_vocab"][str(folder)] == {"size": 64, "restricted": True, "vocab_size": 320,
+                                                 "order": "ids"}
 
 
 @pytest.mark.integration  # slow (several seconds): kept out of the 2-minute fast suite
