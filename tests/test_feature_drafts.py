@@ -235,7 +235,7 @@ def test_feature_drafts_refuse_what_they_cannot_do(tmp_path, tiny_target_dir, te
                                   "spec_eval.enabled=false"))
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+@pytest.mark.parametrize("kind", ["eagle", pytest.param("medusa", marks=pytest.mark.integration)])  # one code path
 def test_cached_features_give_the_live_targets_loss_without_the_target(target, kind):
     from train.module import DistillModule
     from train.teacher_cache import FEATURES, features_of_target
