@@ -457,7 +457,10 @@ def draft_vocab_ranking(source, tokenizer, vocab_size: int) -> list[int] | None:
         return None
     from data.sources import describe, iter_source
 
-    source = OmegaConf.to_container(source) if isinstance(source, DictConfig) else dict(source)
+    source = OmegaConf.to_container(source) if isinstance(source, DictConfig) else source
+    if not isinstance(source, dict):
+        raise ValueError(f"draft_vocab_from must be a data source, got {source!r}. Fix: "
+                         "'draft_vocab_from={kind: files, path: <answers>.jsonl, format: chat}' (or format: text).")
     ids = []
     for example in iter_source(source):
         texts = [m["content"] for m in example if m.get("role") == "assistant"] if isinstance(example, list) else [example]

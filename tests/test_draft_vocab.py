@@ -159,3 +159,5 @@ def test_draft_vocab_from_ranks_the_assistants_turns(tmp_path):
     ranked = draft_vocab_ranking({"kind": "files", "path": str(path), "format": "chat"}, Chars(), 128)
     assert ranked == [ord("c"), ord("b"), ord("a")]  # the user's turns are not counted
     assert draft_vocab_ranking(None, Chars(), 128) is None
+    with pytest.raises(ValueError, match="must be a data source"):
+        draft_vocab_ranking(str(path), Chars(), 128)
