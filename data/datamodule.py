@@ -169,6 +169,14 @@ class DistillDataModule(L.LightningDataModule):
                 self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set)))
                 self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set)))
 
+    def train_labels(self) -> list:
+        """The training blocks' labels (-100 = not trained on), read without the teacher cache riding along."""
+        import datasets
+
+        if not (self.cache_path / "dataset_dict.json").is_file():
+            self.prepare_data()
+        return datasets.load_from_disk(str(self.cache_path))["train"]["labels"]
+
     @staticmethod
     def _collate(rows):
         batch = {key: torch.stack([r[key] for r in rows]) for key in rows[0]}

@@ -16,7 +16,8 @@ def _layout(e: dict) -> str:
     (decode/quantize.py) or a head over part of the vocabulary (decode/draft_vocab.py) and whether passes were
     compiled (decode/compiled.py), where recorded."""
     which = "the" if e.get("draft_vocab_order") == "frequency" else "the first"
-    most = " most frequent in the domain's text (draft_vocab_from)" if which == "the" else ""
+    most = f" most frequent in the domain's text ({e.get('draft_vocab_ranked_by') or 'draft_vocab_from'})" \
+        if which == "the" else ""
     extras = (f", draft head over {which} {e['draft_vocab']} token ids{most}" if e.get("draft_vocab") else "") + (
         ", compiled passes on static caches" if e.get("compiled") else "")
     if "cuda" in str(e.get("device")):

@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import decoding_context, measure_costs
-from decode.draft_vocab import rank_tokens, restrict_vocab
+from data.token_ranking import rank_source, saved_ranking
+from decode.draft_vocab import restrict_vocab
 from decode.feature_decoding import draft_proposer
 from decode.feature_drafts import is_feature_draft
 from decode.feature_export import feature_kind_of
@@ -451,27 +452,11 @@ def choose_auto(cfg: DictConfig, target, draft, tune: dict, params, eos, costs: 
 
 
 def draft_vocab_ranking(source, tokenizer, vocab_size: int) -> list[int] | None:
-    """draft_vocab_from: the token ids of a data source (as in data.sources; chats count the assistant's turns, what
-    the target writes), most frequent first, for the cut draft head to keep (decode/draft_vocab.py)."""
-    if not source:
-        return None
-    from data.sources import describe, iter_source
-
-    source = OmegaConf.to_container(source) if isinstance(source, DictConfig) else source
-    if not isinstance(source, dict):
-        raise ValueError(f"draft_vocab_from must be a data source, got {source!r}. Fix: "
-                         "'draft_vocab_from={kind: files, path: <answers>.jsonl, format: chat}' (or format: text).")
-    ids = []
-    for example in iter_source(source):
-        texts = [m["content"] for m in example if m.get("role") == "assistant"] if isinstance(example, list) else [example]
-        for text in texts:
-            ids += tokenizer(text, add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise ValueError(f"draft_vocab_from={describe(source)} holds no text to count tokens in. Fix: point it at a "
-                         "text or chat file of the domain (the target's own answers, say), or draft_vocab_from=null.")
-    ranked = rank_tokens(ids, vocab_size)
-    log.info("draft_vocab_from: %d tokens of %s, %d distinct ids ranked by frequency", len(ids), describe(source),
-             len(ranked))
+    """draft_vocab_from: the token ids of a data source, most frequent first, for the cut draft head to keep
+    (data/token_ranking.py)."""
+    ranked = rank_source(source, tokenizer, vocab_size)
+    if ranked is not None:
+        log.info("draft_vocab_from: %d distinct ids of %s ranked by frequency", len(ranked), source)
     return ranked
 
 
@@ -554,7 +539,14 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                             cache_dir=cfg.cache_dir, device=cfg.device) if "assisted" in cfg.transformers else {}
     special = special_token_ids(tokenizer, target)
     ranking = draft_vocab_ranking(cfg.get("draft_vocab_from"), tokenizer, model_vocab_size(target))
-    vocab = {name: restrict_vocab(draft, cfg.draft_vocab, special, ranking=ranking)[1] for name, draft in drafts.items()}
+    # without draft_vocab_from, a draft trained over ranked ids (model.draft.train_vocab_from) keeps those ids
+    vocab = {}
+    for name, draft in drafts.items():
+        ranked, origin = ((ranking, "draft_vocab_from") if ranking
+                          else (saved_ranking(name), "draft_vocab.json: the ids it trained over"))
+        vocab[name] = restrict_vocab(draft, cfg.draft_vocab, special, ranking=ranked)[1]
+        if vocab[name]["restricted"] and ranked:
+            vocab[name]["ranked_by"] = origin
     # feature drafts stay in float: their layers are a small part of a step
     quant = {name: quantize_draft(draft, "none" if is_feature_draft(draft) else cfg.draft_quant)[1]
              for name, draft in drafts.items()}
@@ -620,6 +612,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                           "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
                           "draft_vocab": vocab[name]["size"] if vocab[name]["restricted"] else None,
                           "draft_vocab_order": vocab[name].get("order"),
+                          "draft_vocab_ranked_by": vocab[name].get("ranked_by"),
                           "compiled": bool(cfg.compile), "provenance": conditions["provenance"],
                           "source": "eval/speculate.py"} for r in records
                          if r["draft"] == name and r["proposer"] == "draft"]

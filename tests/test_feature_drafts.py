@@ -80,6 +80,40 @@ def test_training_time_test_equals_drafting_with_a_cache(target):
                 assert torch.allclose(guess[:, 0], outs[depth - 1][:, slot], atol=1e-5)
 
 
+def stacked_unroll(draft, features, input_ids, steps):
+    """Reference: every depth reruns the whole stacked sequence of the depths so far under `unroll_allowed`."""
+    batch, length, hidden = features.shape
+    n, ids, inputs, outs = length - 1, input_ids[:, 1:], [features[:, : length - 1]], []
+    for s in range(1, steps + 1):
+        positions = torch.arange(n).repeat(s)[None].expand(batch, -1)
+        out = draft(torch.cat(inputs, dim=1), ids.repeat(1, s), positions,
+                    additive(unroll_allowed(n, s), features.dtype))[:, -n:]
+        outs.append(out)
+        inputs.append(torch.cat([out.new_zeros(batch, 1, hidden), out[:, :-1]], dim=1))
+    return outs
+
+
+def test_the_cached_unroll_equals_the_stacked_sequence_values_and_gradients(target):
+    """eagle_unroll runs each depth over its own slots against a shared KV cache: same outputs, same gradients as
+    rerunning the stacked sequence (the training-time test's definition)."""
+    draft = trained_like(EagleDraft.from_target(target)).train()
+    ids = torch.randint(3, VOCAB, (2, 9))
+    features = final_hidden(target, ids).detach()
+    grads = []
+    for unroll in (eagle_unroll, stacked_unroll):
+        draft.zero_grad()
+        outs = unroll(draft, features, ids, 3)
+        sum((k + 1) * out.square().mean() for k, out in enumerate(outs)).backward()
+        grads.append(({name: p.grad.clone() for name, p in draft.named_parameters() if p.grad is not None},
+                      [out.detach() for out in outs]))
+    (cached, cached_out), (stacked, stacked_out) = grads
+    for a, b in zip(cached_out, stacked_out):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert cached.keys() == stacked.keys() and cached
+    for name in cached:
+        assert torch.allclose(cached[name], stacked[name], atol=1e-5, rtol=1e-4), name
+
+
 def test_eagle_depth_s_counts_only_slots_with_enough_true_context(target):
     draft = EagleDraft.from_target(target)
     ids = torch.randint(3, VOCAB, (1, 8))

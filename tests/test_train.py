@@ -380,3 +380,40 @@ def test_qwen_coder_recipe_runs_on_tiny_stand_ins(tmp_path, tiny_target_dir, tok
     assert (tmp_path / "cache" / "generated" / "tiny" / "code.jsonl").read_text().count("\n") == 8
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "export")
     assert exported.config.hidden_size == 16 and exported.config.vocab_size == len(tokenizer)
+
+
+@pytest.mark.integration  # a training run and an evaluation: several seconds, outside the 2-minute fast suite
+def test_a_draft_trained_over_ranked_ids_exports_them_and_decodes_with_them(tmp_path, tiny_target_dir, text_file):
+    """model.draft.train_vocab_from=data: training keeps the ids most frequent in its own labels, the export saves
+    them (draft_vocab.json), and eval/speculate.py cuts the draft's head to the same ids (still lossless)."""
+    import datasets
+
+    from data.token_ranking import rank_labels
+    from eval.speculate import evaluate
+
+    train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "model.draft.train_vocab=48",
+                   "model.draft.train_vocab_from=data", "spec_eval.draft_vocab=48"))
+    export = tmp_path / "run" / "export"
+    saved = json.loads((export / "draft_vocab.json").read_text())
+    cache = next((tmp_path / "cache" / "data").glob("*/dataset_dict.json")).parent
+    labels = datasets.load_from_disk(str(cache))["train"]["labels"]
+    assert saved["ranking"] == rank_labels(labels, 320) and saved["size"] == 48
+    assert saved["from"].startswith("training text of")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("speculate", overrides=[f"target={tiny_target_dir}", f"drafts=[{export}]", "max_new_tokens=8",
+                                              "n_prompts=2", f"out={tmp_path / 'eval'}", "domains=[general]",
+                                              "cpu_matmul=torch", "gamma=[2]", "draft_vocab=48"])
+    records = evaluate(cfg)
+    vocab = json.loads((tmp_path / "eval" / "results.json").read_text())["conditions"]["draft_vocab"][str(export)]
+    assert vocab["restricted"] and vocab["order"] == "frequency" and vocab["ranked_by"].startswith("draft_vocab.json")
+    assert all(r["greedy_identical"] for r in records)
+
+
+def test_train_vocab_from_needs_train_vocab_and_a_known_value(tmp_path, tiny_target_dir, text_file):
+    from train.distill import check_config
+
+    with pytest.raises(ValueError, match="needs train_vocab"):
+        check_config(tiny_cfg(tmp_path, tiny_target_dir, text_file, "model.draft.train_vocab_from=data"))
+    with pytest.raises(ValueError, match="must be null"):
+        check_config(tiny_cfg(tmp_path, tiny_target_dir, text_file, "model.draft.train_vocab=48",
+                              "model.draft.train_vocab_from=answers"))

@@ -63,3 +63,26 @@ def test_a_kept_vocabulary_step_is_the_loss_over_kept_ids_at_kept_positions(toke
     out["loss"].backward()
     assert draft.model.layers[0].mlp.up_proj.weight.grad is not None
     assert draft.get_output_embeddings().weight.grad is None
+
+
+def test_rank_labels_counts_trained_tokens_only_most_frequent_first():
+    from data.token_ranking import rank_labels
+
+    labels = [torch.tensor([-100, -100, 7, 7, 3]), [7, 5, 5, -100]]
+    assert rank_labels(labels, 10) == [7, 5, 3]  # 7 three times, 5 twice, 3 once; -100 is not a token
+    with pytest.raises(ValueError, match="train_vocab_from=null"):
+        rank_labels([[-100, -100]], 10)
+
+
+def test_a_ranked_kept_head_keeps_the_most_frequent_ids_and_the_export_file_round_trips(tmp_path):
+    from data.token_ranking import saved_ranking, write_ranking
+
+    draft = make_model(64, layers=1, tie=False)
+    draft.get_output_embeddings().requires_grad_(False)
+    ranking = [50, 40, 30, 20, 10]
+    ids, head = kept_head(draft, 4, keep=[60], ranking=ranking)
+    assert ids.tolist() == [30, 40, 50, 60]  # the special id, then the three most frequent
+    assert torch.equal(head.weight, draft.get_output_embeddings().weight[ids])
+    assert saved_ranking(tmp_path) is None and saved_ranking("embedded:some-model") is None
+    write_ranking(tmp_path, ranking, 4, "test text")
+    assert saved_ranking(tmp_path) == ranking

@@ -29,7 +29,8 @@ class SpeculativeEval(L.Callback):
     def __init__(self, prompts: list[list[int]], report_prompts: list[list[int]] | None = None, gamma: int = 4, max_new_tokens: int = 32,
                  every_n_validations: int = 1, temperature: float = 0.0, eos_token_ids: set[int] | None = None,
                  seed: int = 0, cpu_matmul: str = "auto", draft_quant: str = "auto",
-                 draft_vocab: int | str | None = None, special_ids=(), confidence_threshold: float = 0.0):
+                 draft_vocab: int | str | None = None, special_ids=(), confidence_threshold: float = 0.0,
+                 draft_vocab_ranking: list[int] | None = None):
         report_prompts = prompts if report_prompts is None else report_prompts
         if gamma < 1 or max_new_tokens < 1 or every_n_validations < 1 or not prompts or not report_prompts:
             raise ValueError("spec_eval needs prompts, gamma >= 1, max_new_tokens >= 1 and every_n_validations >= 1.")
@@ -44,6 +45,7 @@ class SpeculativeEval(L.Callback):
         self.cpu_matmul = cpu_matmul  # decode/fast_linear.py: the small-batch matmul layout on CPU
         self.draft_quant = draft_quant  # decode/quantize.py: decode with an int8 copy of the draft on CPU
         self.draft_vocab, self.special_ids = draft_vocab, set(special_ids)  # decode/draft_vocab.py: a smaller head
+        self.ranking = draft_vocab_ranking  # which ids it keeps (model.draft.train_vocab_from): those trained over
         self._fit_validations = 0
         self.last: dict = {}  # the last measurement on the test prompts
         self.last_tune: dict = {}  # the last one on the tune prompts (during fit)
@@ -54,7 +56,7 @@ class SpeculativeEval(L.Callback):
         prompts = self.prompts if prompts is None else prompts
         run = dict(max_new_tokens=self.max_new_tokens, params=self.params, eos_token_ids=self.eos, seed=self.seed)
         trained = draft  # decoded from copies: the trained weights stay as they are
-        draft, vocab = restrict_vocab(draft, self.draft_vocab, self.special_ids, copy=True)
+        draft, vocab = restrict_vocab(draft, self.draft_vocab, self.special_ids, copy=True, ranking=self.ranking)
         # feature drafts stay in float: their layers are a small part of a step
         draft, quant = quantize_draft(draft, "none" if is_feature_draft(draft) else self.draft_quant,
                                       copy=draft is trained)

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
+from data.token_ranking import rank_labels, rank_source
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.runtime import peak_rss_gb, setup_cpu
 from eval.provenance import provenance
@@ -52,6 +53,7 @@ METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "test/alpha", "tes
 def check_config(cfg: DictConfig) -> None:
     """Fail on bad values before loading anything."""
     check_feature_draft(cfg)  # first: what a feature draft cannot do at all comes before how to fix the rest
+    check_train_vocab(cfg)
     if cfg.loss.temperature <= 0:
         raise ValueError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
     if not 0 <= cfg.loss.ce_weight <= 1:
@@ -196,6 +198,36 @@ def check_feature_draft(cfg: DictConfig) -> None:
         raise ValueError("model.draft.loss_decay must be > 0 and model.draft.unroll_steps >= 1.")
 
 
+def check_train_vocab(cfg: DictConfig) -> None:
+    d = cfg.model.draft
+    ranked = d.get("train_vocab_from")
+    if ranked is None:
+        return
+    if not d.get("train_vocab"):
+        raise ValueError("model.draft.train_vocab_from chooses which ids model.draft.train_vocab keeps; it needs "
+                         "train_vocab: N. Fix: model.draft.train_vocab=8192, or model.draft.train_vocab_from=null.")
+    if ranked != "data" and not isinstance(ranked, DictConfig):
+        raise ValueError(f"model.draft.train_vocab_from must be null (the lowest ids), data (the ids the loss covers "
+                         f"in this run's training text, most frequent first) or a data source as in data.sources, "
+                         f"got {ranked!r}.")
+
+
+def train_vocab_ranking(cfg: DictConfig, datamodule, tokenizer, draft) -> tuple[list[int] | None, str]:
+    """model.draft.train_vocab_from: the ids the trained head keeps, most frequent first, and where they came from."""
+    ranked = cfg.model.draft.get("train_vocab_from")
+    if ranked is None or not cfg.model.draft.get("train_vocab"):
+        return None, "ids"
+    vocab_size = draft.get_output_embeddings().out_features
+    if ranked == "data":
+        ranking, origin = rank_labels(datamodule.train_labels(), vocab_size), f"training text of {cfg.data.name}"
+    else:
+        ranking, origin = rank_source(ranked, tokenizer, vocab_size, "model.draft.train_vocab_from"), str(
+            OmegaConf.to_container(ranked))
+    log.info("train_vocab_from: %d distinct ids of %s ranked by frequency; the head keeps %d ids", len(ranking),
+             origin, cfg.model.draft.train_vocab)
+    return ranking, origin
+
+
 def data_module_kwargs(cfg: DictConfig, data_cfg: dict) -> dict:
     return dict(sources=data_cfg["sources"], block_size=data_cfg["block_size"], batch_size=data_cfg["batch_size"],
                 eval_batch_size=data_cfg["eval_batch_size"], max_train_tokens=data_cfg["max_train_tokens"],
@@ -244,7 +276,7 @@ def spec_eval_domains(cfg: DictConfig) -> list[str]:
     return [domain if domain in DOMAINS else "general"]
 
 
-def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | None:
+def build_spec_eval(cfg: DictConfig, tokenizer, target, ranking: list[int] | None = None) -> SpeculativeEval | None:
     """Real speculative decoding on held-out prompts of the run's domain, at validations (see train/callbacks.py):
     the `tune` split during fit (what checkpoint selection reads), the `test` split for the reported figures."""
     s = cfg.spec_eval
@@ -264,7 +296,8 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target) -> SpeculativeEval | Non
                            every_n_validations=s.every_n_validations, temperature=s.temperature, eos_token_ids=eos,
                            seed=cfg.seed, cpu_matmul=s.cpu_matmul, draft_quant=s.draft_quant,
                            draft_vocab=s.get("draft_vocab"), special_ids=special_token_ids(tokenizer, target),
-                           confidence_threshold=float(s.get("confidence_threshold", 0.0)))
+                           confidence_threshold=float(s.get("confidence_threshold", 0.0)),
+                           draft_vocab_ranking=ranking)  # the cut head keeps the ids it trained over
 
 
 def decoding_conditions(measured: dict) -> str:
@@ -304,11 +337,15 @@ def train(cfg: DictConfig) -> dict:
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
                                    teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer, target))
     run_name, tags = run_name_and_tags(cfg, draft)
+    ranking, ranked_from = train_vocab_ranking(cfg, datamodule, tokenizer, draft)
     meta = {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
             "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
             "config": OmegaConf.to_container(cfg, resolve=True),
-            "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None}
+            "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None,
+            # the export writes it as draft_vocab.json: decoding keeps the ids the draft was trained over
+            "draft_vocab": {"size": int(cfg.model.draft.train_vocab), "from": ranked_from, "ranking": ranking}
+            if ranking else None}
     # teacher=cache: the target only built the draft and named the cache; training runs without it
     module = DistillModule(target if cfg.teacher == "live" else None, draft, loss=cfg.loss.name,
                            temperature=cfg.loss.temperature, chunk_size=cfg.loss.chunk_size,
@@ -316,7 +353,7 @@ def train(cfg: DictConfig) -> dict:
                            lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
                            warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
                            onpolicy=OmegaConf.to_container(cfg.onpolicy),
-                           train_vocab=cfg.model.draft.get("train_vocab"),
+                           train_vocab=cfg.model.draft.get("train_vocab"), train_vocab_ranking=ranking,
                            special_ids=special_token_ids(tokenizer, target),
                            feature={"decay": cfg.model.draft.get("loss_decay", 0.8),
                                     "steps": cfg.model.draft.get("unroll_steps", 1)})
@@ -327,7 +364,7 @@ def train(cfg: DictConfig) -> dict:
                                  monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False)
     last_validation = LastFitValidation()
     callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation]
-    spec_eval = build_spec_eval(cfg, tokenizer, target)
+    spec_eval = build_spec_eval(cfg, tokenizer, target, ranking)
     if cfg.teacher == "cache":
         del target
     if spec_eval is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from data.token_ranking import write_ranking
 from decode.feature_drafts import FEATURE_KINDS, feature_draft_from_config, is_feature_draft
 from decode.feature_export import write_feature_weights
 from eval.card import write_card
@@ -125,7 +126,11 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"),
             "target_architectures": meta.get("target_architectures"), "run_name": meta.get("run_name"),
             "global_step": ckpt.get("global_step"), "training": training, **(extra_info or {})}
-    return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info, dtype=dtype)
+    out = write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info, dtype=dtype)
+    if meta.get("draft_vocab"):  # trained over ranked ids (model.draft.train_vocab_from): decoding keeps the same
+        v = meta["draft_vocab"]
+        write_ranking(out, v["ranking"], v["size"], v["from"])
+    return out
 
 
 def tokenizer_files(tokenizer) -> dict[str, bytes]:

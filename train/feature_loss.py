@@ -18,6 +18,7 @@ others' top-1 agreement is logged per k.
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
 from decode.feature_drafts import additive, final_hidden, unroll_allowed
 from train.losses import chunked_distill, loss_mask, own_precision
@@ -39,19 +40,21 @@ def medusa_pairs(heads, features: torch.Tensor, labels: torch.Tensor) -> list[tu
 
 def eagle_unroll(draft, features: torch.Tensor, input_ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """Per depth s = 1..steps, the draft's predicted features (B, T-1, H) over slots 0..T-2 (slot i: feature i,
-    token i+1), depth s reading depth s-1's prediction for its feature. Each depth reruns the stacked sequence of
-    the depths so far under `unroll_allowed` (earlier depths' outputs come out the same: they cannot see later
-    ones)."""
+    token i+1), depth s reading depth s-1's prediction for its feature. The depths share one KV cache, as the stacked
+    sequence of `unroll_allowed`: depth s's slots attend to the keys of depths 1..s (autograd flows through the
+    cached keys and values), so each depth runs the layer over its own T-1 slots only."""
     batch, length, hidden = features.shape
     n = length - 1
     ids = input_ids[:, 1:]
-    inputs, outs = [features[:, :n]], []
+    positions = torch.arange(n, device=features.device)[None].expand(batch, -1)
+    allowed = unroll_allowed(n, steps).to(features.device)
+    cache = DynamicCache(config=draft.layer_config)
+    current, outs = features[:, :n], []
     for s in range(1, steps + 1):
-        positions = torch.arange(n, device=features.device).repeat(s)[None].expand(batch, -1)
-        mask = additive(unroll_allowed(n, s).to(features.device), features.dtype)
-        out = draft(torch.cat(inputs, dim=1), ids.repeat(1, s), positions, mask)[:, -n:]
+        mask = additive(allowed[(s - 1) * n: s * n, : s * n], features.dtype)
+        out = draft(current, ids, positions, mask, cache=cache)
         outs.append(out)
-        inputs.append(torch.cat([out.new_zeros(batch, 1, hidden), out[:, :-1]], dim=1))  # slot i reads slot i-1's guess
+        current = torch.cat([out.new_zeros(batch, 1, hidden), out[:, :-1]], dim=1)  # slot i reads slot i-1's guess
     return outs
 
 

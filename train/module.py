@@ -40,9 +40,9 @@ class DistillModule(L.LightningModule):
                  ce_weight: float = 0.0, loss_params: dict | None = None, onpolicy: dict | None = None,
                  lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
                  min_lr_ratio: float = 0.1, meta: dict | None = None, train_vocab: int | None = None,
-                 special_ids=(), feature: dict | None = None):
+                 special_ids=(), feature: dict | None = None, train_vocab_ranking: list[int] | None = None):
         super().__init__()
-        self.save_hyperparameters(ignore=["target", "draft", "meta", "special_ids"])
+        self.save_hyperparameters(ignore=["target", "draft", "meta", "special_ids", "train_vocab_ranking"])
         # target None: the teacher is a cache that comes with each batch (train/teacher_cache.py): the target's top-k
         # logits, or for feature drafts its features
         self.target = target.eval().requires_grad_(False) if target is not None else None
@@ -58,7 +58,7 @@ class DistillModule(L.LightningModule):
             if target is None and not is_feature_draft(draft):  # a feature draft holds the target's head itself
                 raise ValueError("model.draft.train_vocab works with teacher=live (the cached teacher's top-k ids "
                                  "are not restricted). Fix: model.draft.train_vocab=null or teacher=live.")
-            self._kept = kept_head(draft, int(train_vocab), special_ids)
+            self._kept = kept_head(draft, int(train_vocab), special_ids, ranking=train_vocab_ranking)
 
     def train(self, mode: bool = True):
         super().train(mode)
