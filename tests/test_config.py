@@ -66,6 +66,7 @@ def test_every_experiment_composes(name):
 
         assert (cfg.model.draft.kind, cfg.teacher, cfg.spec_eval.enabled) == ("eagle", "cache", False)
         assert Path(cfg.data.sources[0].path).name == "code.jsonl"  # the quick recipe's answers
+        assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path  # its head: the ids they use most
         check_config(cfg)
 
 
