@@ -81,8 +81,10 @@ def draft_from_checkpoint(ckpt: dict):
 
 
 def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.PathLike, *,
-                    overwrite: bool = False, info: dict | None = None, dtype: str | None = None) -> Path:
-    """Write model + tokenizer files into `out_dir` atomically (a temp folder renamed into place)."""
+                    overwrite: bool = False, info: dict | None = None, dtype: str | None = None,
+                    draft_vocab: dict | None = None) -> Path:
+    """Write model + tokenizer files into `out_dir` atomically (a temp folder renamed into place); `draft_vocab`
+    (size, from, ranking: model.draft.train_vocab_from) goes in as draft_vocab.json."""
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"Export folder {out} already exists. Fix: choose another export.dir, "
@@ -101,6 +103,8 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
         for name, blob in tokenizer_files.items():
             (tmp / name).write_bytes(blob)
         (tmp / "draftsmith.json").write_text(json.dumps(info or {}, indent=2, default=str))
+        if draft_vocab:  # trained over ranked ids: decoding keeps the same (data/token_ranking.py)
+            write_ranking(tmp, draft_vocab["ranking"], draft_vocab["size"], draft_vocab["from"])
         write_card(tmp, name=out.name)  # README.md model card, rendered from draftsmith.json
         if out.exists():
             old = out.with_name(f".{out.name}.old")
@@ -126,11 +130,8 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     info = {"checkpoint": str(Path(ckpt_path).resolve()), "target": meta.get("target"),
             "target_architectures": meta.get("target_architectures"), "run_name": meta.get("run_name"),
             "global_step": ckpt.get("global_step"), "training": training, **(extra_info or {})}
-    out = write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info, dtype=dtype)
-    if meta.get("draft_vocab"):  # trained over ranked ids (model.draft.train_vocab_from): decoding keeps the same
-        v = meta["draft_vocab"]
-        write_ranking(out, v["ranking"], v["size"], v["from"])
-    return out
+    return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info,
+                           dtype=dtype, draft_vocab=meta.get("draft_vocab"))
 
 
 def tokenizer_files(tokenizer) -> dict[str, bytes]:
