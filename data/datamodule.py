@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import lightning as L
@@ -169,12 +170,22 @@ class DistillDataModule(L.LightningDataModule):
                 self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set)))
                 self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set)))
 
-    def train_labels(self) -> list:
-        """The training blocks' labels (-100 = not trained on), read without the teacher cache riding along."""
+    def train_labels(self, wait_s: float = 3600.0) -> list:
+        """The training blocks' labels (-100 = not trained on), read without the teacher cache riding along. Called
+        before the Trainer exists: under torchrun only local rank 0 packs the data; the others wait for its cache."""
         import datasets
 
-        if not (self.cache_path / "dataset_dict.json").is_file():
-            self.prepare_data()
+        ready = self.cache_path / "dataset_dict.json"
+        if not ready.is_file():
+            if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+                self.prepare_data()
+            else:
+                deadline = time.monotonic() + wait_s
+                while not ready.is_file():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"data: local rank 0 has not written {self.cache_path} after {wait_s:.0f} s. "
+                                           "Fix: check rank 0's log, or pack the data once first (a one-process run).")
+                    time.sleep(2.0)
         return datasets.load_from_disk(str(self.cache_path))["train"]["labels"]
 
     @staticmethod

@@ -86,3 +86,22 @@ def test_a_ranked_kept_head_keeps_the_most_frequent_ids_and_the_export_file_roun
     assert saved_ranking(tmp_path) is None and saved_ranking("embedded:some-model") is None
     write_ranking(tmp_path, ranking, 4, "test text")
     assert saved_ranking(tmp_path) == ranking
+
+
+def test_train_labels_on_another_rank_waits_for_rank_zeros_cache(tmp_path, tokenizer, monkeypatch):
+    """Ranking happens before the Trainer exists: under torchrun only local rank 0 packs the data."""
+    from data.datamodule import DistillDataModule
+
+    path = tmp_path / "a.txt"
+    path.write_text("\n".join(f"line {i} of some text to pack into blocks" for i in range(200)))
+    dm = DistillDataModule(tokenizer, [{"kind": "files", "path": str(path)}], block_size=16, batch_size=2,
+                           val_tokens=32, cache_dir=tmp_path / "cache")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(TimeoutError, match="local rank 0"):
+        dm.train_labels(wait_s=0.1)
+    assert not dm.cache_path.exists()  # rank 1 never packs
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    labels = dm.train_labels()
+    assert len(labels) > 0 and dm.cache_path.exists()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert dm.train_labels(wait_s=0.1) == labels  # the cache is there: read at once
