@@ -311,6 +311,7 @@ def test_a_feature_cache_is_built_once_and_trained_from(tmp_path, tiny_target_di
     stamp = caches[0].stat().st_mtime_ns
     second = run("b")  # the cache is reused, not rebuilt
     assert second["steps"] == 2 and caches[0].stat().st_mtime_ns == stamp
+    assert first["teacher_cache_s"] > 0 and second["teacher_cache_s"] is not None  # the build's time is reported
     assert second["after"]["val/kl"] == pytest.approx(first["after"]["val/kl"])  # same data, same seed
     with pytest.raises(ValueError, match="holds the target's features"):  # a standalone draft cannot read it
         train(tiny_cfg(tmp_path / "c", tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",

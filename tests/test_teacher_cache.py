@@ -122,7 +122,7 @@ def test_interrupted_cache_job_resumes_and_training_runs_from_the_cache(tmp_path
 
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
                              "loss=forward_kl", "trainer.max_steps=4", f"paths.cache_dir={tmp_path / 'cache'}"))
-    assert summary["steps"] == 4
+    assert summary["steps"] == 4 and summary["teacher_cache_s"] is not None
     assert summary["after"]["val/kl"] < summary["before"]["val/kl"]  # it learned from the cached teacher
     assert 0 <= summary["after"]["val/expected_accept"] <= 1
     mixed = train(tiny_cfg(tmp_path / "bf16", tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",

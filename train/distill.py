@@ -334,8 +334,10 @@ def train(cfg: DictConfig) -> dict:
     tokenizer, target, draft = build_models(cfg)
     answer_missing_prompts(cfg, tokenizer, target)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
-    datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg),
-                                   teacher_cache=resolve_teacher_cache(cfg, data_cfg, tokenizer, target))
+    cache_started = time.time()
+    teacher_cache = resolve_teacher_cache(cfg, data_cfg, tokenizer, target)
+    cache_seconds = round(time.time() - cache_started, 1)  # building a feature cache happens here, once
+    datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg), teacher_cache=teacher_cache)
     run_name, tags = run_name_and_tags(cfg, draft)
     ranking, ranked_from = train_vocab_ranking(cfg, datamodule, tokenizer, draft)
     meta = {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
@@ -400,7 +402,7 @@ def train(cfg: DictConfig) -> dict:
                "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
                "before": before, "after": after, "seconds": round(time.time() - started, 1),
                "threads": torch.get_num_threads(), "device": str(module.device), "run_name": run_name,
-               "peak_rss_gb": round(peak_rss_gb(), 2),
+               "peak_rss_gb": round(peak_rss_gb(), 2), "teacher_cache_s": cache_seconds if teacher_cache else None,
                "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
                          "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
                          "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
@@ -431,8 +433,9 @@ def train(cfg: DictConfig) -> dict:
         if spec_eval is None:  # nothing decoded during training: say how to measure the export
             log.info("next:       python eval/speculate.py target=%s drafts=[%s] update_card=true  (alpha, speedup; "
                      "fills the model card)", cfg.model.target.name_or_path, summary["export"])
-    log.info("summary:    %s  (%.0f s, peak memory %.1f GB: this process's maximum resident set)",
-             output_dir / "summary.json", summary["seconds"], peak_rss_gb())
+    cached = f", {cache_seconds:.0f} s of it finding or building the teacher cache" if teacher_cache else ""
+    log.info("summary:    %s  (%.0f s%s, peak memory %.1f GB: this process's maximum resident set)",
+             output_dir / "summary.json", summary["seconds"], cached, peak_rss_gb())
     return summary
 
 
