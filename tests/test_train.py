@@ -399,6 +399,8 @@ def test_a_draft_trained_over_ranked_ids_exports_them_and_decodes_with_them(tmp_
     labels = datasets.load_from_disk(str(cache))["train"]["labels"]
     assert saved["ranking"] == rank_labels(labels, 320) and saved["size"] == 48
     assert saved["from"].startswith("training text of")
+    # the training callback decoded with the same ranked head, and says so (not "the first 48 ids")
+    assert "draft head over the 48 token ids most frequent" in (export / "README.md").read_text()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("speculate", overrides=[f"target={tiny_target_dir}", f"drafts=[{export}]", "max_new_tokens=8",
                                               "n_prompts=2", f"out={tmp_path / 'eval'}", "domains=[general]",
@@ -417,3 +419,12 @@ def test_train_vocab_from_needs_train_vocab_and_a_known_value(tmp_path, tiny_tar
     with pytest.raises(ValueError, match="must be null"):
         check_config(tiny_cfg(tmp_path, tiny_target_dir, text_file, "model.draft.train_vocab=48",
                               "model.draft.train_vocab_from=answers"))
+
+
+def test_the_before_after_caption_names_the_head_the_callback_decoded_with():
+    from train.distill import decoding_conditions
+
+    assert decoding_conditions({"draft_vocab": 64}) == ", draft head over the first 64 token ids"
+    assert decoding_conditions({"draft_vocab": 64, "draft_vocab_order": "frequency"}) == (
+        ", draft head over the 64 token ids most frequent in its training text")
+    assert decoding_conditions({"draft_int8": True}) == ", int8 draft weights"

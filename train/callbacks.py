@@ -72,7 +72,9 @@ class SpeculativeEval(L.Callback):
                 "n_prompts": len(prompts), "max_new_tokens": self.max_new_tokens,
                 "temperature": self.params.temperature, "threads": torch.get_num_threads(),
                 "cpu_matmul": self.cpu_matmul, "draft_int8": quant["quantized"],
-                "draft_vocab": vocab["size"] if vocab["restricted"] else None}
+                "draft_vocab": vocab["size"] if vocab["restricted"] else None,
+                "draft_vocab_order": vocab.get("order"),
+                "draft_vocab_ranked_by": "the ids it trains over" if self.ranking and vocab["restricted"] else None}
 
     def _measure_module(self, pl_module, split: str) -> dict:
         was_training = pl_module.draft.training

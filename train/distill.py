@@ -212,11 +212,12 @@ def check_train_vocab(cfg: DictConfig) -> None:
                          f"got {ranked!r}.")
 
 
-def train_vocab_ranking(cfg: DictConfig, datamodule, tokenizer, draft) -> tuple[list[int] | None, str]:
-    """model.draft.train_vocab_from: the ids the trained head keeps, most frequent first, and where they came from."""
+def train_vocab_ranking(cfg: DictConfig, datamodule, tokenizer, draft) -> tuple[list[int] | None, str | None]:
+    """model.draft.train_vocab_from: the ids the trained head keeps, most frequent first, and where they came from
+    (None, None: the lowest ids)."""
     ranked = cfg.model.draft.get("train_vocab_from")
     if ranked is None or not cfg.model.draft.get("train_vocab"):
-        return None, "ids"
+        return None, None
     vocab_size = draft.get_output_embeddings().out_features
     if ranked == "data":
         ranking, origin = rank_labels(datamodule.train_labels(), vocab_size), f"training text of {cfg.data.name}"
@@ -302,10 +303,12 @@ def build_spec_eval(cfg: DictConfig, tokenizer, target, ranking: list[int] | Non
 
 def decoding_conditions(measured: dict) -> str:
     """What the callback's decoding ran with, for the before/after table's caption."""
-    threshold = measured.get("confidence_threshold")
+    threshold, size = measured.get("confidence_threshold"), measured.get("draft_vocab")
+    ranked = measured.get("draft_vocab_order") == "frequency"
+    head = (f", draft head over the {size} token ids most frequent in its training text" if ranked
+            else f", draft head over the first {size} token ids") if size else ""
     return ((f" at most, stopped after a token the draft gives p < {threshold:g}" if threshold else "")
-            + (", int8 draft weights" if measured.get("draft_int8") else "")
-            + (f", draft head over the first {measured['draft_vocab']} token ids" if measured.get("draft_vocab") else ""))
+            + (", int8 draft weights" if measured.get("draft_int8") else "") + head)
 
 
 def metrics_table(before: dict, after: dict) -> str:
