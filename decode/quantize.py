@@ -5,7 +5,8 @@ LM head. Stored as int8 (one scale per output row) and multiplied by torch's wei
 (`aten._weight_int8pack_mm`, bfloat16 activations), a pass over them reads a quarter of the bytes (measured
 effect: docs/results.md).
 
-Only the draft is quantized, and only for decoding: the target's logits decide what is emitted, so greedy output
+Feature drafts (decode/feature_drafts.py) are quantized the same way: their own layers and their cut head; the
+target's embeddings and full LM head, which they share, never. Only the draft is quantized, and only for decoding: the target's logits decide what is emitted, so greedy output
 still equals the target's own and rejection sampling stays exact. What can change is how often the target agrees
 with the draft (alpha); eval/speculate.py measures it. The exported checkpoint is never quantized.
 
@@ -25,6 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from decode.costs import fastest_ms
+from decode.draft_vocab import SubsetHead
+from decode.feature_drafts import is_feature_draft
 from decode.fast_linear import rows_first_linear
 
 log = logging.getLogger(__name__)
@@ -66,9 +69,21 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
 
 
+def _own_cut_head(model) -> nn.Module | None:
+    """A feature draft's cut head (decode/draft_vocab.py's SubsetHead, made for this draft alone), or None. A feature
+    draft holds its head outside its submodules (decode/feature_drafts.py): uncut, that head is the target's own,
+    which is never quantized (the target's logits decide what is emitted)."""
+    if not is_feature_draft(model):
+        return None
+    head = model.get_output_embeddings()
+    return head if isinstance(head, SubsetHead) else None
+
+
 def _linears(model) -> list[tuple[nn.Module, str, nn.Linear]]:
-    """(parent, attribute name, layer) of every plain nn.Linear; a layer shared by two parents is listed twice."""
-    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+    """(parent, attribute name, layer) of every plain nn.Linear, a feature draft's cut head's included; a layer
+    shared by two parents is listed twice."""
+    parents = list(model.modules()) + ([_own_cut_head(model)] if _own_cut_head(model) is not None else [])
+    return [(parent, name, child) for parent in parents for name, child in parent.named_children()
             if type(child) is nn.Linear]
 
 
@@ -133,6 +148,8 @@ def quantize_draft(model, mode: str = "auto", copy: bool = False) -> tuple[nn.Mo
         return model, plan
     if copy:
         model = deepcopy(model)
+        if _own_cut_head(model) is not None:  # the copy shares the original's head holder: give it its own head
+            model.set_output_embeddings(deepcopy(model.get_output_embeddings()))
     shared: dict[int, Int8Linear] = {}  # a layer reachable twice is quantized once
     for parent, name, layer in _linears(model):
         setattr(parent, name, shared.setdefault(id(layer), Int8Linear(layer)))

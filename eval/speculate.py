@@ -547,9 +547,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
         vocab[name] = restrict_vocab(draft, cfg.draft_vocab, special, ranking=ranked)[1]
         if vocab[name]["restricted"] and ranked:
             vocab[name]["ranked_by"] = origin
-    # feature drafts stay in float: their layers are a small part of a step
-    quant = {name: quantize_draft(draft, "none" if is_feature_draft(draft) else cfg.draft_quant)[1]
-             for name, draft in drafts.items()}
+    quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     # The cost model spans gamma = 1..max_auto_gamma, so its verdict can name a gamma not asked for; compiled,
     # every pass shape compiles first, so it spans the gammas asked for (and max_auto_gamma with gamma=auto).

@@ -79,3 +79,38 @@ def test_modes_none_and_auto():
     assert plan["quantized"] == (plan["int8_ms"] < 0.95 * plan["float_ms"])
     with pytest.raises(ValueError, match="draft_quant must be one of"):
         plan_quant(draft, "int4")
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_int8_feature_draft_quantizes_its_own_layers_and_cut_head_never_the_targets(kind):
+    from decode.draft_vocab import SubsetHead, restrict_vocab
+    from decode.feature_decoding import draft_proposer
+    from decode.feature_drafts import EagleDraft, MedusaHeads
+
+    target = make_model(V, layers=2, hidden=32, seed=1, init=0.3)
+    head_before = target.get_output_embeddings().weight.clone()
+    fresh = MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    fresh.eval()
+    prompt = [7, 11, 13, 40, 90]
+    reference = generate(target, NoProposer(), prompt, 0, 20).tokens
+
+    uncut, plan = quantize_draft(fresh, "int8", copy=True)  # full head: the target's own, left as it is
+    assert plan["quantized"] and not [m for m in uncut.modules() if type(m) is nn.Linear]
+    assert type(uncut.get_output_embeddings()) is nn.Linear and uncut.get_output_embeddings() is target.lm_head
+    assert type(fresh.get_output_embeddings()) is nn.Linear  # the original draft untouched
+    assert not [m for m in fresh.modules() if isinstance(m, Int8Linear)]
+
+    cut, _ = restrict_vocab(fresh, V // 2, copy=True)
+    fast, _ = quantize_draft(cut, "int8", copy=True)
+    assert isinstance(fast.get_output_embeddings(), SubsetHead)
+    assert isinstance(fast.get_output_embeddings().proj, Int8Linear)
+    assert type(cut.get_output_embeddings().proj) is nn.Linear  # the copy got its own head
+    assert torch.equal(target.get_output_embeddings().weight, head_before) and type(target.lm_head) is nn.Linear
+    for draft in (uncut, fast):
+        run = generate(target, draft_proposer(draft), prompt, 2, 20)
+        assert run.tokens == reference  # lossless: the target's logits decide
+        assert sum(s.drafted for s in run.steps) > 0

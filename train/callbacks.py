@@ -16,7 +16,6 @@ import torch
 
 from decode.draft_vocab import restrict_vocab
 from decode.feature_decoding import draft_proposer
-from decode.feature_drafts import is_feature_draft
 from decode.fast_linear import fast_cpu_linears
 from decode.quantize import quantize_draft
 from decode.metrics import acceptance
@@ -57,9 +56,7 @@ class SpeculativeEval(L.Callback):
         run = dict(max_new_tokens=self.max_new_tokens, params=self.params, eos_token_ids=self.eos, seed=self.seed)
         trained = draft  # decoded from copies: the trained weights stay as they are
         draft, vocab = restrict_vocab(draft, self.draft_vocab, self.special_ids, copy=True, ranking=self.ranking)
-        # feature drafts stay in float: their layers are a small part of a step
-        draft, quant = quantize_draft(draft, "none" if is_feature_draft(draft) else self.draft_quant,
-                                      copy=draft is trained)
+        draft, quant = quantize_draft(draft, self.draft_quant, copy=draft is trained)
         with fast_cpu_linears([target, draft], self.gamma + 1, self.cpu_matmul):
             generate(target, draft_proposer(draft, self.threshold), prompts[0], self.gamma, 4)  # warm-up
             base = generate_all(target, NoProposer(), prompts, 0, **run)
