@@ -41,11 +41,11 @@ demo-medical: $(STAMP)
 	$(PY) train/distill.py +domain=medical $(ARGS)
 
 # The Qwen2.5-Coder side-by-side benchmark (docs/qwen-coder.md): target alone, ours with the off-the-shelf 0.5B and
-# with DRAFT, transformers' assisted generation with each and its prompt lookup; greedy and T=1, test code prompts.
+# with DRAFT (one export or several, comma-separated), transformers' assisted generation with each and its prompt lookup; greedy and T=1, test code prompts.
 QWEN_BENCH ?= domains=[code] gamma=[auto] temperature=[0,1.0] transformers=[assisted,lookup] n_prompts=8 \
 	max_new_tokens=48 repeats=1 cpu_matmul=rows_first update_card=true
 bench-qwen: $(STAMP)
-	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
+	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder>[,<export folder>...] is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] $(QWEN_BENCH) $(ARGS)
 

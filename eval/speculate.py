@@ -491,6 +491,13 @@ def check_eval_config(cfg: DictConfig) -> None:
     if bad:
         raise ValueError(f"transformers must list assisted and/or lookup (transformers' own decoders timed alongside), "
                          f"got {bad}.")
+    chosen = cfg.get("transformers_drafts")
+    if chosen is not None:
+        wrong = [d for d in chosen if d not in list(cfg.drafts) or feature_kind_of(d)]
+        if wrong:
+            raise ValueError(f"transformers_drafts must name standalone drafts listed in drafts, got {wrong}. Fix: "
+                             "copy names from drafts=[...] (feature drafts cannot run in transformers' assisted "
+                             "generation), or null for every standalone draft.")
     tg = cfg.get("transformers_gamma")
     if tg is not None and (not isinstance(tg, int) or tg < 1):
         raise ValueError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
@@ -534,7 +541,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)
     # transformers' assisted generation gets float copies with full heads, as a user runs it
-    standalone = [d for d in cfg.drafts if not feature_kind_of(d)]  # transformers cannot run feature drafts
+    standalone = [d for d in cfg.drafts if not feature_kind_of(d)  # transformers cannot run feature drafts
+                  and (cfg.get("transformers_drafts") is None or d in cfg.transformers_drafts)]
     hf_drafts = load_drafts(standalone, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                             cache_dir=cfg.cache_dir, device=cfg.device) if "assisted" in cfg.transformers else {}
     special = special_token_ids(tokenizer, target)

@@ -393,6 +393,12 @@ def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_t
     assert "transformers assisted" in (tmp_path / "eval" / "results.md").read_text()
     with pytest.raises(ValueError, match="assisted and/or lookup"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "transformers=[medusa]"))
+    only_lookup = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
+                                    "transformers=[assisted,lookup]", "transformers_drafts=[]"))
+    assert [r["proposer"] for r in only_lookup if r["proposer"].startswith("transformers")] == ["transformers lookup"]
+    with pytest.raises(ValueError, match="transformers_drafts must name standalone drafts"):
+        evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "transformers=[assisted]",
+                          "transformers_drafts=[not/a/listed/draft]"))
 
 
 def test_stock_linears_undo_the_fast_layout_only_inside_the_block(tiny_target_dir):
