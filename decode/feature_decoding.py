@@ -3,7 +3,9 @@
 `FeatureVerifier` is the chain verifier that also keeps the target's final hidden state at every position it has
 cached (rolled back with the cache): the features come from the verify pass that already ran, so a feature draft
 costs no target pass and no draft prefill of its own. `MedusaProposer` and `EagleProposer` bring it as their
-verifier (`make_verifier`) and read it when they draft.
+verifier (`make_verifier`) and read it when they draft. `MedusaTreeProposer` drafts Medusa's natural shape, a token
+tree (head k's top candidates at depth k, static or dynamic like decode/tree.py's), verified greedily by
+`FeatureTreeVerifier`, which keeps the features of the accepted path.
 
 Both keep the main loop's laws: the target's pass is unchanged (greedy output identical), and when sampling they
 return the distribution each token was drawn from, so accept/reject stays lossless. With `confidence_threshold`
@@ -21,6 +23,7 @@ from transformers import DynamicCache
 from decode.feature_drafts import is_feature_draft
 from decode.sampling import sample
 from decode.speculative import ChainVerifier, DraftModelProposer, draft_confidence
+from decode.tree import GREEDY_ONLY, TreeDraft, TreeVerifier, choose_children, full_mask, tree_levels, tree_positions
 
 
 class FeatureVerifier(ChainVerifier):
@@ -159,6 +162,105 @@ class EagleProposer(_FeatureProposer):
         if self.length > keep:  # never in the main loop (true slots end before the kept tokens); kept for safety
             _crop(self.cache, keep)
             self.length, self.last = keep, None
+
+
+class FeatureTreeVerifier(TreeVerifier):
+    """TreeVerifier keeping `features` (length, H): the target's final hidden state at each cached position. A tree
+    pass gives every node the hidden state a pass over its own path would (decode/tree.py's mask and positions), so
+    keeping the accepted path keeps exactly the features a chain over it would have left."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        self.features, self._tree_hidden = None, None
+
+    @torch.inference_mode()
+    def start(self, prompt):
+        self.cache, self.length, self._tree = DynamicCache(config=self.model.config), 0, None
+        hidden = self.model.get_output_embeddings().weight.shape[1]
+        self.features = torch.empty(0, hidden, device=self.model.device)
+        if len(prompt) > 1:  # the last prompt token stays pending: the root of the first tree
+            self._chain(prompt[:-1], keep=1)
+
+    def _hidden(self, ids: list[int], **kwargs) -> torch.Tensor:
+        out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache,
+                                       use_cache=True, **kwargs)
+        return out.last_hidden_state[0]
+
+    def _chain(self, ids: list[int], keep: int) -> torch.Tensor:
+        hidden = self._hidden(ids)
+        self.length += len(ids)
+        self.features = torch.cat([self.features, hidden.float()])
+        return self.model.get_output_embeddings()(hidden[-keep:]).float()
+
+    @torch.inference_mode()
+    def score(self, tokens, drafted):
+        if not isinstance(drafted, TreeDraft):
+            return self._chain(tokens[self.length:] + list(drafted), keep=len(drafted) + 1)
+        if len(drafted.tokens) != len(drafted.parents) or drafted.tokens[0] != tokens[-1]:
+            raise ValueError("a tree needs one token per node, and its root must be the pending token.")
+        if len(tokens) - 1 > self.length:  # context not cached yet goes in first, as a chain
+            self._chain(tokens[self.length:-1], keep=1)
+        device, dtype = self.model.device, next(self.model.parameters()).dtype
+        hidden = self._hidden(drafted.tokens, attention_mask=full_mask(drafted.parents, self.length, dtype).to(device),
+                              position_ids=tree_positions(drafted.parents, self.length).to(device)[None])
+        self._tree, self._tree_start, self._tree_hidden = drafted, self.length, hidden.float()
+        self.length += len(drafted.tokens)
+        return self.model.get_output_embeddings()(hidden).float()
+
+    @torch.inference_mode()
+    def keep_path(self, path):
+        start = self._tree_start
+        super().keep_path(path)
+        self.features = torch.cat([self.features[:start], self._tree_hidden[[0] + list(path)]])
+        self._tree_hidden = None
+
+    @torch.inference_mode()
+    def rollback(self, keep):
+        super().rollback(keep)
+        self.features = self.features[: self.length]
+
+
+class MedusaTreeProposer(_FeatureProposer):
+    """Medusa heads as a token tree: depth k holds head k's candidates for the token k after the pending one, under
+    every node of depth k-1 (the heads read one feature, so the candidates are the same under each parent). Static:
+    `branching` (head k's top branching[k-1] under every node, as Medusa's trees); dynamic: `depth` levels of the
+    `width` paths with the highest product of head probabilities among each node's `top_k` children. Greedy only."""
+
+    def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
+                 top_k: int = 4):
+        super().__init__(draft)
+        self.levels = tree_levels(branching, depth, width, top_k)
+        if len(self.levels) > draft.num_heads:
+            raise ValueError(f"A Medusa tree is at most as deep as the draft's heads: {len(self.levels)} levels asked, "
+                             f"this draft has {draft.num_heads} heads. Fix: tree.branching with at most "
+                             f"{draft.num_heads} entries (static) or tree.depth={draft.num_heads} (dynamic).")
+
+    def make_verifier(self, target) -> FeatureTreeVerifier:
+        self.verifier = FeatureTreeVerifier(target)
+        return self.verifier
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+    @torch.inference_mode()
+    def propose(self, tokens, gamma, params, generator):
+        if params.temperature > 0:
+            raise ValueError(GREEDY_ONLY)
+        levels, features = self.levels[:gamma], self._features()
+        if not levels or len(features) < len(tokens) - 1 or len(tokens) < 2:
+            return [], torch.empty(0)
+        feature = features[len(tokens) - 2][None].to(self.draft.device, next(self.draft.parameters()).dtype)
+        head = self.draft.get_output_embeddings()
+        nodes, parents, scores = [tokens[-1]], [-1], torch.zeros(1)
+        for (per_node, width), state in zip(levels, self.draft.head_states(feature, len(levels))):
+            logp = torch.log_softmax(head(state)[0].float(), -1)
+            picks = choose_children(scores, logp.expand(len(scores), -1), per_node, width)
+            frontier = len(nodes) - len(scores)  # the last level's nodes are the last ones added
+            parents += [frontier + r for r, _, _ in picks]
+            nodes += [t for _, t, _ in picks]
+            scores = torch.tensor([sc for _, _, sc in picks])
+        return TreeDraft(nodes, parents), torch.empty(0)
 
 
 def _crop(cache, keep: int) -> None:

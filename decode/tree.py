@@ -182,6 +182,19 @@ def choose_children(scores: torch.Tensor, logp: torch.Tensor, per_node: int,
     return [(r, int(top.indices[r, j]), float(path[r, j])) for r, j in picks]
 
 
+def tree_levels(branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
+                top_k: int = 4) -> list[tuple[int, int | None]]:
+    """(children per node, nodes kept per level or None) for each depth: static from `branching`, else dynamic
+    (`depth` levels of `width` nodes among each node's `top_k` children), checked."""
+    if branching is not None:
+        static_tree(branching)  # validates
+        return [(int(k), None) for k in branching]
+    if not depth or not width or depth < 1 or width < 1 or top_k < 1:
+        raise ValueError(f"a dynamic tree needs depth >= 1, width >= 1 and top_k >= 1, got depth={depth}, "
+                         f"width={width}, top_k={top_k}.")
+    return [(int(top_k), int(width))] * int(depth)
+
+
 def _chain_pass(model, cache, ids: list[int], keep: int) -> torch.Tensor:
     out = model(input_ids=torch.tensor([ids], device=model.device), cache=cache, use_cache=True, logits_to_keep=keep)
     return out.logits[0].float()
@@ -250,14 +263,7 @@ class TreeProposer:
 
     def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
                  top_k: int = 4):
-        if branching is not None:
-            static_tree(branching)  # validates
-            self.levels = [(int(k), None) for k in branching]
-        else:
-            if not depth or not width or depth < 1 or width < 1 or top_k < 1:
-                raise ValueError(f"a dynamic tree needs depth >= 1, width >= 1 and top_k >= 1, got depth={depth}, "
-                                 f"width={width}, top_k={top_k}.")
-            self.levels = [(int(top_k), int(width))] * int(depth)
+        self.levels = tree_levels(branching, depth, width, top_k)
         self.model = draft
         self.cache, self.length, self._last, self._start, self._fed = None, 0, None, 0, 0
 

@@ -29,7 +29,7 @@ from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import decoding_context, measure_costs
 from data.token_ranking import rank_source, saved_ranking
 from decode.draft_vocab import restrict_vocab
-from decode.feature_decoding import draft_proposer
+from decode.feature_decoding import MedusaTreeProposer, draft_proposer
 from decode.feature_drafts import is_feature_draft
 from decode.feature_export import feature_kind_of
 from decode.fast_linear import fast_cpu_linears
@@ -392,10 +392,11 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
         return draft_proposer(draft, threshold)
     if kind == "heuristic":
         return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
-    if kind == "tree":
-        return TreeProposer(draft, branching=list(cfg.tree.branching))
-    if kind == "dynamic_tree":
-        return TreeProposer(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))
+    if kind in TREES:  # Medusa heads grow their own tree (decode/feature_decoding.py)
+        make = MedusaTreeProposer if is_feature_draft(draft) else TreeProposer
+        if kind == "tree":
+            return make(draft, branching=list(cfg.tree.branching))
+        return make(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))
     vocab = target.get_output_embeddings().weight.shape[0]
     lookup = PromptLookupProposer(vocab, int(cfg.lookup.min_n), int(cfg.lookup.max_n), target.device)
     if kind == ROUTER:
@@ -522,11 +523,14 @@ def check_eval_config(cfg: DictConfig) -> None:
                          f"prompts, report it on the test prompts), got {cfg.policy!r}.")
     if cfg.get("policy") == "auto" and cfg.split != "test":
         raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
-    features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
-    if features and (set(cfg.proposers) != {"draft"} or cfg.compile or cfg.get("policy")):
-        raise ValueError(f"{', '.join(features)}: feature drafts (Medusa heads, EAGLE-style) decode as chains of their own "
-                         "(proposers=[draft]) with compile=false and no policy=auto. Fix: proposers=[draft] "
-                         "compile=false (measure standalone drafts' other policies in another run).")
+    features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
+    for name, kind in features.items():
+        allowed = {"draft", *TREES} if kind == "medusa" else {"draft"}
+        if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
+            raise ValueError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain"
+                             + (", or Medusa's token trees" if kind == "medusa" else "") + "), compile=false and no "
+                             f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
+                             "(measure standalone drafts' other policies in another run).")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
         raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from conftest import make_model
-from decode.feature_decoding import EagleProposer, MedusaProposer, draft_proposer
+from decode.feature_decoding import EagleProposer, MedusaProposer, MedusaTreeProposer, draft_proposer
 from decode.feature_drafts import EagleDraft, MedusaHeads, additive, final_hidden, unroll_allowed
 from decode.feature_export import feature_kind_of, load_feature_draft, write_feature_weights
 from decode.speculative import SamplingParams, generate
@@ -156,6 +156,36 @@ def test_feature_reuse_equals_recomputing_the_features(target):
         assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [{"branching": [2, 2, 1]}, {"depth": 3, "width": 3, "top_k": 3},
+                                   {"branching": [VOCAB, 1]}])
+def test_medusa_tree_greedy_output_is_the_targets_own_and_keeps_the_paths_features(target, shape):
+    """Every token a candidate at depth 1 ([VOCAB, 1]): each step accepts a node, often not the first, so the
+    features and cache are compacted to a path of nodes that were not fed last."""
+    draft = trained_like(MedusaHeads.from_target(target, 3))
+    prompt = [5, 9, 11, 7, 20, 3]
+    expected = target.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)[0, len(prompt):].tolist()
+    proposer = MedusaTreeProposer(draft, **shape)
+    out = generate(target, proposer, prompt, proposer.depth, 24)
+    assert out.tokens == expected
+    assert all(s.drafted <= proposer.depth for s in out.steps) and sum(s.verified for s in out.steps) > 0
+    if "branching" in shape and shape["branching"][0] == VOCAB:
+        assert all(s.accepted >= 1 for s in out.steps if s.drafted)
+    with torch.no_grad():
+        recomputed = final_hidden(target, torch.tensor([prompt + out.tokens]))[0]
+    kept = proposer.verifier.features
+    assert len(kept) == proposer.verifier.length and torch.allclose(kept, recomputed[: len(kept)], atol=1e-5)
+
+
+def test_medusa_tree_refuses_sampling_and_trees_deeper_than_its_heads(target):
+    draft = trained_like(MedusaHeads.from_target(target, 2))
+    with pytest.raises(ValueError, match="at most as deep as the draft's heads"):
+        MedusaTreeProposer(draft, branching=[2, 2, 1])
+    with pytest.raises(ValueError, match="greedily only"):
+        generate(target, MedusaTreeProposer(draft, depth=2, width=2, top_k=2), [5, 9, 11], 2, 8,
+                 SamplingParams(1.0), generator=torch.Generator().manual_seed(0))
+
+
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])
 def test_sampling_runs_and_returns_the_drafting_distribution(target, kind):
     draft = trained_like(MedusaHeads.from_target(target, 3) if kind == "medusa" else EagleDraft.from_target(target))
@@ -242,8 +272,16 @@ def _train_export_and_measure(tmp_path, tiny_target_dir, text_file, kind, *extra
     assert len(records) == 3 and all(r["greedy_identical"] for r in records)
     assert str(records[2]["gamma_setting"]).startswith("auto:")  # chosen by a pilot on the tune prompts
     assert all(r["cost_ratio_c"] > 0 for r in records)
-    with pytest.raises(ValueError, match="feature drafts"):
+    with pytest.raises(ValueError, match="decode with proposers"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "proposers=[draft,lookup+draft]"))
+    trees = ("proposers=[tree,dynamic_tree]", "tree.branching=[2,1]", "tree.depth=2", "tree.width=2", "tree.top_k=2",
+             "gamma=[1]", "domains=[general]")
+    if kind == "medusa":  # Medusa's natural shape, verified by the feature-keeping tree verifier
+        rows = evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], *trees))
+        assert [r["proposer"] for r in rows] == ["tree", "dynamic_tree"] and all(r["greedy_identical"] for r in rows)
+    else:
+        with pytest.raises(ValueError, match="decode with proposers"):
+            evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], *trees))
 
 
 @pytest.mark.integration
