@@ -28,7 +28,7 @@ def rank_source(source, tokenizer, vocab_size: int, what: str = "draft_vocab_fro
 
     from data.sources import describe, iter_source
 
-    source = OmegaConf.to_container(source) if isinstance(source, DictConfig) else source
+    source = OmegaConf.to_container(source, resolve=True) if isinstance(source, DictConfig) else source
     if not isinstance(source, dict):
         raise ValueError(f"{what} must be a data source, got {source!r}. Fix: "
                          f"'{what}={{kind: files, path: <answers>.jsonl, format: chat}}' (or format: text).")

@@ -158,6 +158,15 @@ def test_draft_vocab_from_ranks_the_assistants_turns(tmp_path):
                               for text in ("abb", "bcc", "cc")) + "\n")
     ranked = draft_vocab_ranking({"kind": "files", "path": str(path), "format": "chat"}, Chars(), 128)
     assert ranked == [ord("c"), ord("b"), ord("a")]  # the user's turns are not counted
+    # a config node naming its path through an interpolation (as conf/experiment/qwen_coder_eagle.yaml does)
+    from omegaconf import OmegaConf
+
+    from data.token_ranking import rank_source
+
+    cfg = OmegaConf.create({"data": {"store": str(path)},
+                            "model": {"draft": {"train_vocab_from": {"kind": "files", "path": "${data.store}",
+                                                                     "format": "chat"}}}})
+    assert rank_source(cfg.model.draft.train_vocab_from, Chars(), 128) == ranked
     assert draft_vocab_ranking(None, Chars(), 128) is None
     with pytest.raises(ValueError, match="must be a data source"):
         draft_vocab_ranking(str(path), Chars(), 128)

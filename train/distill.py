@@ -223,7 +223,7 @@ def train_vocab_ranking(cfg: DictConfig, datamodule, tokenizer, draft) -> tuple[
         ranking, origin = rank_labels(datamodule.train_labels(), vocab_size), f"training text of {cfg.data.name}"
     else:
         ranking, origin = rank_source(ranked, tokenizer, vocab_size, "model.draft.train_vocab_from"), str(
-            OmegaConf.to_container(ranked))
+            OmegaConf.to_container(ranked, resolve=True))
     log.info("train_vocab_from: %d distinct ids of %s ranked by frequency; the head keeps %d ids", len(ranking),
              origin, cfg.model.draft.train_vocab)
     return ranking, origin
