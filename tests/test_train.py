@@ -428,3 +428,13 @@ def test_the_before_after_caption_names_the_head_the_callback_decoded_with():
     assert decoding_conditions({"draft_vocab": 64, "draft_vocab_order": "frequency"}) == (
         ", draft head over the 64 token ids most frequent in its training text")
     assert decoding_conditions({"draft_int8": True}) == ", int8 draft weights"
+
+
+def test_a_missing_train_vocab_source_fails_before_the_teacher_cache_is_built(tmp_path, tiny_target_dir, text_file):
+    """train_vocab_from names a data source: it is read before the (possibly hour-long) teacher cache."""
+    cfg = tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "loss=forward_kl", "spec_eval.enabled=false",
+                   "model.draft.train_vocab=48",
+                   "model.draft.train_vocab_from={kind: files, path: '${paths.cache_dir}/missing.jsonl', format: chat}")
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        train(cfg)
+    assert not (tmp_path / "cache" / "teacher").exists()

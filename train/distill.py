@@ -336,13 +336,18 @@ def train(cfg: DictConfig) -> dict:
 
     tokenizer, target, draft = build_models(cfg)
     answer_missing_prompts(cfg, tokenizer, target)
+    # a data source to rank (train_vocab_from) is read before the teacher cache, which can take an hour: a bad one
+    # fails in seconds; `data` ranks the packed training blocks, after
+    ranks_data = cfg.model.draft.get("train_vocab_from") == "data"
+    ranking, ranked_from = (None, None) if ranks_data else train_vocab_ranking(cfg, None, tokenizer, draft)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     cache_started = time.time()
     teacher_cache = resolve_teacher_cache(cfg, data_cfg, tokenizer, target)
     cache_seconds = round(time.time() - cache_started, 1)  # building a feature cache happens here, once
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg), teacher_cache=teacher_cache)
     run_name, tags = run_name_and_tags(cfg, draft)
-    ranking, ranked_from = train_vocab_ranking(cfg, datamodule, tokenizer, draft)
+    if ranks_data:
+        ranking, ranked_from = train_vocab_ranking(cfg, datamodule, tokenizer, draft)
     meta = {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
             "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
