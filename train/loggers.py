@@ -5,6 +5,8 @@ A logger never crashes a run: if W&B cannot start at all, a warning is printed a
 
 from __future__ import annotations
 
+import csv as csv_module
+import io
 import logging
 from pathlib import Path
 
@@ -19,7 +21,7 @@ def build_loggers(cfg: dict, output_dir: str | Path, run_name: str, config_to_lo
     kind = cfg.get("name", "csv")
     if kind in (None, "none"):
         return []
-    csv = CSVLogger(save_dir=str(output_dir), name="csv", version="")
+    csv = resumable_csv_logger(output_dir)
     if kind == "csv":
         return [csv]
     if kind != "wandb":
@@ -39,6 +41,22 @@ def build_loggers(cfg: dict, output_dir: str | Path, run_name: str, config_to_lo
     except Exception as err:  # noqa: BLE001 - never let experiment tracking kill a training run
         log.warning("W&B could not start (%s: %s): continuing with the CSV logger only.", type(err).__name__, err)
         return [csv]
+
+
+def resumable_csv_logger(output_dir: str | Path) -> CSVLogger:
+    """<output_dir>/csv/metrics.csv. A resumed run (the file is there) keeps the rows logged before the
+    interruption and appends its own: Lightning's CSV writer would delete the file. Rows logged after the last
+    checkpoint and before the crash appear twice (once from each attempt; the later one is what the model saw)."""
+    logger = CSVLogger(save_dir=str(output_dir), name="csv", version="")
+    path = Path(logger.log_dir) / "metrics.csv"
+    if path.is_file():
+        text = path.read_text()
+        header = next(csv_module.reader(io.StringIO(text)), [])
+        writer = logger.experiment  # creating the writer deletes the file
+        path.write_text(text)
+        writer.metrics_keys = sorted(header)  # what the file's rows hold; new keys rewrite the header
+        log.info("resumed run: appending to %s (%d rows kept)", path, max(0, text.count("\n") - 1))
+    return logger
 
 
 def run_name_and_tags(cfg, draft) -> tuple[str, list[str]]:

@@ -1,0 +1,22 @@
+"""The CSV log of a run survives a resume (train/loggers.py)."""
+
+import csv
+
+from train.loggers import resumable_csv_logger
+
+
+def test_a_resumed_run_appends_to_the_csv_log_instead_of_replacing_it(tmp_path):
+    first = resumable_csv_logger(tmp_path)
+    first.log_metrics({"train/loss": 1.0}, step=1)
+    first.log_metrics({"train/loss": 0.9}, step=2)
+    first.save()
+    resumed = resumable_csv_logger(tmp_path)  # the same output folder, after a crash
+    resumed.log_metrics({"train/loss": 0.5, "val/kl": 2.0}, step=3)  # a key the first attempt never logged
+    resumed.save()
+    resumed.log_metrics({"train/loss": 0.4}, step=4)
+    resumed.save()
+    with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
+    assert [float(r["train/loss"]) for r in rows] == [1.0, 0.9, 0.5, 0.4]
+    assert rows[2]["val/kl"] == "2.0" and rows[0]["val/kl"] == ""
