@@ -360,6 +360,7 @@ def test_a_feature_cache_is_built_once_and_trained_from(tmp_path, tiny_target_di
 def test_a_training_step_moves_only_the_draft_and_lowers_its_loss(target, kind, train_vocab):
     from train.module import DistillModule
 
+    target.zero_grad(set_to_none=True)  # the module-scoped target: earlier tests may have left gradients on it
     draft = (MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target)).train()
     module = DistillModule(target, draft, loss="forward_kl", lr=1e-2, train_vocab=train_vocab, special_ids={0},
                            feature={"decay": 0.8, "steps": 2})
