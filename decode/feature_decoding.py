@@ -173,38 +173,27 @@ class FeatureTreeVerifier(TreeVerifier):
         super().__init__(target)
         self.features, self._tree_hidden = None, None
 
-    @torch.inference_mode()
     def start(self, prompt):
-        self.cache, self.length, self._tree = DynamicCache(config=self.model.config), 0, None
         hidden = self.model.get_output_embeddings().weight.shape[1]
         self.features = torch.empty(0, hidden, device=self.model.device)
-        if len(prompt) > 1:  # the last prompt token stays pending: the root of the first tree
-            self._chain(prompt[:-1], keep=1)
+        super().start(prompt)
 
     def _hidden(self, ids: list[int], **kwargs) -> torch.Tensor:
         out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache,
                                        use_cache=True, **kwargs)
         return out.last_hidden_state[0]
 
-    def _chain(self, ids: list[int], keep: int) -> torch.Tensor:
+    def _chain(self, ids, keep):
         hidden = self._hidden(ids)
         self.length += len(ids)
         self.features = torch.cat([self.features, hidden.float()])
         return self.model.get_output_embeddings()(hidden[-keep:]).float()
 
-    @torch.inference_mode()
-    def score(self, tokens, drafted):
-        if not isinstance(drafted, TreeDraft):
-            return self._chain(tokens[self.length:] + list(drafted), keep=len(drafted) + 1)
-        if len(drafted.tokens) != len(drafted.parents) or drafted.tokens[0] != tokens[-1]:
-            raise ValueError("a tree needs one token per node, and its root must be the pending token.")
-        if len(tokens) - 1 > self.length:  # context not cached yet goes in first, as a chain
-            self._chain(tokens[self.length:-1], keep=1)
+    def _tree_logits(self, tree):
         device, dtype = self.model.device, next(self.model.parameters()).dtype
-        hidden = self._hidden(drafted.tokens, attention_mask=full_mask(drafted.parents, self.length, dtype).to(device),
-                              position_ids=tree_positions(drafted.parents, self.length).to(device)[None])
-        self._tree, self._tree_start, self._tree_hidden = drafted, self.length, hidden.float()
-        self.length += len(drafted.tokens)
+        hidden = self._hidden(tree.tokens, attention_mask=full_mask(tree.parents, self.length, dtype).to(device),
+                              position_ids=tree_positions(tree.parents, self.length).to(device)[None])
+        self._tree_hidden = hidden.float()
         return self.model.get_output_embeddings()(hidden).float()
 
     @torch.inference_mode()

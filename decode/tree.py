@@ -212,23 +212,27 @@ class TreeVerifier:
     def start(self, prompt: list[int]) -> None:
         self.cache, self.length, self._tree = DynamicCache(config=self.model.config), 0, None
         if len(prompt) > 1:  # the last prompt token stays pending: it is the root of the first tree
-            _chain_pass(self.model, self.cache, prompt[:-1], 1)
-            self.length = len(prompt) - 1
+            self._chain(prompt[:-1], 1)
+
+    def _chain(self, ids: list[int], keep: int) -> torch.Tensor:
+        """Feed `ids` after the cache; the logits of the last `keep` of them."""
+        self.length += len(ids)
+        return _chain_pass(self.model, self.cache, ids, keep)
+
+    def _tree_logits(self, tree: TreeDraft) -> torch.Tensor:
+        """One pass over every node of `tree` after the cache; the logits after each node's path."""
+        return _tree_pass(self.model, self.cache, tree.tokens, tree.parents, self.length, slice(0, len(tree.tokens)))
 
     @torch.inference_mode()
     def score(self, tokens: list[int], drafted) -> torch.Tensor:
         """Target logits after every node's path, shape (nodes + 1, V), fp32 (a chain: after each position)."""
         if not isinstance(drafted, TreeDraft):
-            ids = tokens[self.length:] + list(drafted)
-            self.length += len(ids)
-            return _chain_pass(self.model, self.cache, ids, len(drafted) + 1)
+            return self._chain(tokens[self.length:] + list(drafted), len(drafted) + 1)
         if len(drafted.tokens) != len(drafted.parents) or drafted.tokens[0] != tokens[-1]:
             raise ValueError("a tree needs one token per node, and its root must be the pending token.")
         if len(tokens) - 1 > self.length:  # context not cached yet goes in first, as a chain
-            _chain_pass(self.model, self.cache, tokens[self.length:-1], 1)
-            self.length = len(tokens) - 1
-        logits = _tree_pass(self.model, self.cache, drafted.tokens, drafted.parents, self.length,
-                            slice(0, len(drafted.tokens)))
+            self._chain(tokens[self.length:-1], 1)
+        logits = self._tree_logits(drafted)
         self._tree, self._tree_start = drafted, self.length
         self.length += len(drafted.tokens)
         return logits
