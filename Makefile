@@ -42,8 +42,12 @@ demo-medical: $(STAMP)
 
 # The Qwen2.5-Coder side-by-side benchmark (docs/qwen-coder.md): target alone, ours with the off-the-shelf 0.5B and
 # with DRAFT (one export or several, comma-separated), transformers' assisted generation with each and its prompt lookup; greedy and T=1, test code prompts.
+# cpu_matmul=auto times the layouts and gives target-only decoding the fastest too (oneDNN's prepacked layout, where it
+# wins, holds a second copy of the weights: about 6 GB more for the 1.5B). The Qwen benchmarks below do the same.
+# draft_quant=int4: our drafts' weights in 4-bit groups, the format chosen on tune prompts with scripts/bench_draft_quant.py
+# (docs/qwen-coder.md); transformers' assisted generation keeps its float draft.
 QWEN_BENCH ?= domains=[code] gamma=[auto] temperature=[0,1.0] transformers=[assisted,lookup] n_prompts=8 \
-	max_new_tokens=48 repeats=1 cpu_matmul=rows_first update_card=true
+	max_new_tokens=48 repeats=1 cpu_matmul=auto draft_quant=int4 update_card=true
 bench-qwen: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder>[,<export folder>...] is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
@@ -58,7 +62,7 @@ bench-adaptive: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/distill/<run>/export (make demo)"; exit 2; }
 	$(PY) eval/speculate.py drafts=[$(DRAFT)] domains=[general,medical,code] $(ADAPTIVE_BENCH) $(ARGS)
 ADAPTIVE_QWEN_BENCH ?= proposers=[draft,predicted,lookup,lookup+draft,tree,dynamic_tree,router] gamma=[3,auto] \
-	temperature=[0] n_prompts=6 max_new_tokens=40 repeats=1 cpu_matmul=rows_first
+	temperature=[0] n_prompts=6 max_new_tokens=40 repeats=1 cpu_matmul=auto
 bench-adaptive-qwen: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
@@ -73,7 +77,7 @@ bench-feature: $(STAMP)
 # Draft kinds side by side on the Qwen2.5-Coder-1.5B target (docs/feature-drafts.md): the off-the-shelf 0.5B, a
 # standalone draft (DRAFT: +experiment=qwen_coder_quick's export) and the EAGLE-style draft (EAGLE:
 # +experiment=qwen_coder_eagle's export), one fixed gamma for all, greedy and T=1, held-out code prompts.
-FEATURE_QWEN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=rows_first
+FEATURE_QWEN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=auto
 bench-feature-qwen: $(STAMP)
 	@test -n "$(DRAFT)" -a -n "$(EAGLE)" || { echo "DRAFT=<qwen_coder_quick export> EAGLE=<qwen_coder_eagle export> are required"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \

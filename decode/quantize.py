@@ -12,6 +12,10 @@ with the draft (alpha); eval/speculate.py measures it. The exported checkpoint i
 
 `draft_quant=auto` quantizes when the draft is on a CPU and the int8 kernel is at least 5% faster there than the
 float weights (timed once per process, as in decode/fast_linear.py); `int8` always on CPU; `none` never.
+`int4` stores 4-bit weights in groups of 32-128 input columns, each group with its own scale and offset, and multiplies
+them with `aten._weight_int4pack_mm_for_cpu`: half the bytes of int8 again, at a larger rounding error, so it is
+chosen explicitly (never by auto), and its effect on acceptance is measured like any other draft's. A layer whose
+input width no group size divides stays float.
 
     draft, plan = quantize_draft(draft, "auto")
 """
@@ -31,12 +35,31 @@ from decode.feature_drafts import is_feature_draft
 from decode.fast_linear import rows_first_linear
 
 log = logging.getLogger(__name__)
-MODES = ("auto", "int8", "none")
+MODES = ("auto", "int8", "int4", "none")
+INT4_GROUPS = (128, 64, 32)  # group sizes tried, largest first: the first that divides a layer's input width
 _decisions: dict[tuple, dict] = {}  # timings, by the weights' shapes, dtype and thread count
 
 
 def int8_kernel_available() -> bool:
     return hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+def int4_kernel_available() -> bool:
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
+
+
+def int4_group(in_features: int) -> int | None:
+    return next((g for g in INT4_GROUPS if in_features % g == 0), None)
+
+
+def quantize_groups(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit per group of `group` input columns: weight ~= (q - 8) * scale + zero, 0 <= q <= 15, with
+    scale and zero per (row, group). Returns q (int32, rows x columns), scale and zero (rows x groups)."""
+    w = weight.detach().float().reshape(weight.shape[0], -1, group)
+    low, high = w.amin(dim=-1), w.amax(dim=-1)
+    scale = ((high - low) / 15.0).clamp(min=1e-12)
+    q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
+    return q.reshape(weight.shape), scale, low + 8 * scale
 
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,6 +90,32 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
+
+
+class Int4Linear(nn.Module):
+    """y = x @ dequant(q).T + bias with 4-bit groups (`quantize_groups`), packed for torch's CPU int4 kernel; the
+    input is cast to bfloat16 for it and the output back. Inference only."""
+
+    def __init__(self, linear: nn.Linear, group: int):
+        super().__init__()
+        weight = linear.weight.detach()
+        pad = -weight.shape[0] % 16  # the kernel packs rows in sixteens: zero rows pad, the output drops them
+        q, scale, zero = quantize_groups(F.pad(weight, (0, 0, 0, pad)), group)
+        self.in_features, self.out_features, self.group = linear.in_features, linear.out_features, group
+        device = linear.weight.device
+        self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(device), 1))
+        scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()  # groups x rows x 2
+        self.register_buffer("scales_zeros", scales_zeros.to(device=device, dtype=torch.bfloat16))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.qweight, self.group, self.scales_zeros)
+        y = y[:, :self.out_features].to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 weights, group={self.group}"
 
 
 def _own_cut_head(model) -> nn.Module | None:
@@ -123,10 +172,15 @@ def plan_quant(model, mode: str = "auto") -> dict:
     if mode == "none" or not _linears(model):
         return plan
     if device.type != "cpu":
-        if mode == "int8":
-            raise ValueError(f"draft_quant=int8 runs on CPU only (the draft is on {device}). Fix: draft_quant=auto "
+        if mode in ("int8", "int4"):
+            raise ValueError(f"draft_quant={mode} runs on CPU only (the draft is on {device}). Fix: draft_quant=auto "
                              "or none on GPUs.")
         return plan
+    if mode == "int4":
+        if not int4_kernel_available():
+            raise ValueError(f"draft_quant=int4 needs torch's aten._weight_int4pack_mm_for_cpu, missing in torch "
+                             f"{torch.__version__}. Fix: draft_quant=int8, or the torch version this project pins.")
+        return {**plan, "quantized": True}
     if not int8_kernel_available():
         if mode == "int8":
             raise ValueError(f"draft_quant=int8 needs torch's aten._weight_int8pack_mm, missing in torch "
@@ -139,8 +193,20 @@ def plan_quant(model, mode: str = "auto") -> dict:
     return {**plan, "quantized": True}
 
 
+def _quantized(layer: nn.Linear, mode: str) -> nn.Module:
+    if mode != "int4":
+        return Int8Linear(layer)
+    group = int4_group(layer.in_features)
+    return layer if group is None else Int4Linear(layer, group)
+
+
+def weights_label(plan: dict) -> str | None:
+    """What the draft's weights were while decoding, for recorded conditions: "int8", "int4" or None (as trained)."""
+    return ("int4" if plan.get("mode") == "int4" else "int8") if plan.get("quantized") else None
+
+
 def quantize_draft(model, mode: str = "auto", copy: bool = False) -> tuple[nn.Module, dict]:
-    """Replace the model's plain nn.Linear layers with Int8Linear where `plan_quant` says so: in place, or in a
+    """Replace the model's plain nn.Linear layers with Int8Linear (Int4Linear for mode int4) where `plan_quant` says so: in place, or in a
     deep copy with copy=True (the original is returned untouched when nothing is quantized). Returns the model
     to decode with and the plan, for the run's recorded conditions."""
     plan = plan_quant(model, mode)
@@ -150,7 +216,9 @@ def quantize_draft(model, mode: str = "auto", copy: bool = False) -> tuple[nn.Mo
         model = deepcopy(model)
         if _own_cut_head(model) is not None:  # the copy shares the original's head holder: give it its own head
             model.set_output_embeddings(deepcopy(model.get_output_embeddings()))
-    shared: dict[int, Int8Linear] = {}  # a layer reachable twice is quantized once
+    shared: dict[int, nn.Module] = {}  # a layer reachable twice is quantized once
     for parent, name, layer in _linears(model):
-        setattr(parent, name, shared.setdefault(id(layer), Int8Linear(layer)))
+        if id(layer) not in shared:
+            shared[id(layer)] = _quantized(layer, mode)
+        setattr(parent, name, shared[id(layer)])
     return model, plan

@@ -23,7 +23,12 @@ def _layout(e: dict) -> str:
     if "cuda" in str(e.get("device")):
         return extras
     return (f", cpu_matmul={e['cpu_matmul']}" if e.get("cpu_matmul") else "") + (
-        ", draft weights int8 while decoding" if e.get("draft_int8") else "") + extras
+        f", draft weights {_weights(e)} while decoding" if _weights(e) else "") + extras
+
+
+def _weights(e: dict) -> str | None:
+    """int8 / int4 draft weights while decoding (older cards recorded only draft_int8)."""
+    return e.get("draft_weights") or ("int8" if e.get("draft_int8") else None)
 
 
 def _gamma(e: dict) -> str:

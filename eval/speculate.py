@@ -33,7 +33,7 @@ from decode.feature_decoding import MedusaTreeProposer, draft_proposer
 from decode.feature_drafts import is_feature_draft
 from decode.feature_export import feature_kind_of
 from decode.fast_linear import fast_cpu_linears
-from decode.quantize import quantize_draft
+from decode.quantize import quantize_draft, weights_label
 from decode.replay import best_rule, draft_positions
 from eval.card import best_by_domain, write_card, write_policy
 from eval.tracking import log_eval_to_wandb
@@ -619,7 +619,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
             if Path(name).is_dir():
                 evals = [{**{k: r[k] for k in keep}, "max_new_tokens": cfg.max_new_tokens,
                           "threads": conditions["threads"], "device": conditions["device"],
-                          "cpu_matmul": cfg.cpu_matmul, "draft_int8": quant[name]["quantized"],
+                          "cpu_matmul": cfg.cpu_matmul, "draft_weights": weights_label(quant[name]),
                           "draft_vocab": vocab[name]["size"] if vocab[name]["restricted"] else None,
                           "draft_vocab_order": vocab[name].get("order"),
                           "draft_vocab_ranked_by": vocab[name].get("ranked_by"),
@@ -628,7 +628,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                          if r["draft"] == name and r["proposer"] == "draft"]
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
-    int8 = " (int8 weights)" if next(iter(quant.values()))["quantized"] else ""
+    weights = weights_label(next(iter(quant.values())))
+    int8 = f" ({weights} weights)" if weights else ""
     head = next(iter(vocab.values()))
     int8 += f" (head: {head['size']} of {head['vocab_size']} ids)" if head["restricted"] else ""
     print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms{int8}, target k-token pass "

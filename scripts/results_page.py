@@ -5,7 +5,7 @@
 
 Every kept result is a folder under bench/<topic>/ with a meta.json: title, date, the commit it landed in, the
 command that reproduces it, and which files hold what (`files`: path -> kind: speculate | acceptance |
-bench_decoder | files). Tables are rendered from those files, never typed by hand. One result may say
+bench_decoder | draft_quant | files). Tables are rendered from those files, never typed by hand. One result may say
 `"headline": true`: its table also goes into README.md between the results markers. Drafts are named by
 bench/drafts.json (local output paths -> what the draft is).
 """
@@ -108,7 +108,18 @@ def bench_decoder_table(data: dict, labels: dict) -> list[str]:
     return rows
 
 
-RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table}
+def draft_quant_table(data: dict, labels: dict) -> list[str]:
+    rows = ["| draft | weights | top-1 agreement with the target [CI] | c [CI] | cost model, greedy |",
+            "|---|---|---|---|---|"]
+    for r in data["records"]:
+        name, weights = r["variant"].rsplit(", ", 1)
+        rows.append(f"| {draft_label(name, labels)} | {weights} | {f3(r['agreement'])}{interval(r['agreement_ci'], f3)} "
+                    f"| {f3(r['c'])}{interval(r['c_ci'], f3)} | {fx(r['expected_speedup'])} at γ={r['gamma']} |")
+    return rows
+
+
+RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table,
+          "draft_quant": draft_quant_table}
 
 
 def conditions_line(data: dict, kind: str) -> str:
@@ -137,6 +148,10 @@ def conditions_line(data: dict, kind: str) -> str:
             parts.append(f"[{data['records'][0].get('ci_level', 0.95):.0%} bootstrap interval across prompts]")
     if kind == "bench_decoder":
         parts += [f"γ={c.get('gamma')}", f"{c.get('n_prompts')} {c.get('domain')} prompts"]
+    if kind == "draft_quant":
+        parts += [f"{c.get('n_prompts')} `{c.get('split')}` prompts ({', '.join(c.get('domains', []))})",
+                  f"target step {c['target_step_s'] * 1e3:.0f} ms" if c.get("target_step_s") else None,
+                  "every format taking turns with the target call by call"]
     if prov.get("commit"):
         parts.append(f"run on commit {prov['commit'][:7]}{' with uncommitted changes' if prov.get('dirty') else ''}")
     return "Conditions: " + ", ".join(p for p in parts if p) + "."

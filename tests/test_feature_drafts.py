@@ -111,7 +111,8 @@ def test_the_cached_unroll_equals_the_stacked_sequence_values_and_gradients(targ
         assert torch.allclose(a, b, atol=1e-5)
     assert cached.keys() == stacked.keys() and cached
     for name in cached:
-        assert torch.allclose(cached[name], stacked[name], atol=1e-5, rtol=1e-4), name
+        # float32 sums in another order (thread counts differ under pytest-xdist): close relative to the whole tensor
+        assert (cached[name] - stacked[name]).norm() <= 1e-4 * stacked[name].norm() + 1e-6, name
 
 
 def test_eagle_depth_s_counts_only_slots_with_enough_true_context(target):

@@ -1,4 +1,4 @@
-"""Int8 draft weights for CPU decoding (decode/quantize.py): close to the float layer, target output unchanged."""
+"""Int8 and int4 draft weights for CPU decoding (decode/quantize.py): close to the float layer, target output unchanged."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import make_model
-from decode.quantize import Int8Linear, plan_quant, quantize_draft, quantize_rows
+from decode.quantize import Int4Linear, Int8Linear, plan_quant, quantize_draft, quantize_groups, quantize_rows
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
 
 V = 300
@@ -38,6 +38,54 @@ def test_int8_linear_matches_the_float_layer(lead, k, n, bias, seed):
     _, scale = quantize_rows(layer.weight)
     bound = x.abs() @ (scale / 2).expand(k, n) + 4 * 2 ** -8 * (x.abs() @ layer.weight.abs().T)
     assert torch.all((out - ref).abs() <= bound + 1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 20), st.sampled_from([32, 64, 128]), st.integers(1, 3), st.floats(1e-3, 10.0),
+       st.integers(0, 10_000))
+def test_groups_round_to_within_half_a_step(n, group, groups, spread, seed):
+    w = torch.randn(n, group * groups, generator=torch.Generator().manual_seed(seed)) * spread
+    w[0, :group] = 1.5  # a constant group must not divide by zero
+    q, scale, zero = quantize_groups(w, group)
+    assert q.dtype == torch.int32 and q.min() >= 0 and q.max() <= 15 and scale.shape == zero.shape == (n, groups)
+    back = ((q.reshape(n, groups, group).float() - 8) * scale[..., None] + zero[..., None]).reshape(w.shape)
+    assert torch.all((back - w).abs() <= scale.repeat_interleave(group, dim=1) / 2 + 1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.sampled_from([32, 64, 96]), st.integers(1, 40),
+       st.booleans(), st.integers(0, 10_000))
+def test_int4_linear_matches_its_dequantized_weights(lead, k, n, bias, seed):
+    torch.manual_seed(seed)
+    layer = nn.Linear(k, n, bias=bias)  # n need not be a multiple of the kernel's 16 rows: padded, then dropped
+    x = torch.randn(*lead, k)
+    out = Int4Linear(layer, 32)(x)
+    assert out.shape == (*lead, n) and out.dtype == x.dtype
+    q, scale, zero = quantize_groups(layer.weight, 32)
+    back = ((q.reshape(n, -1, 32).float() - 8) * scale[..., None] + zero[..., None]).reshape(n, k)
+    ref = F.linear(x, back, layer.bias)
+    # bfloat16 rounds the input, the scales and offsets and the output (2^-8 each)
+    bound = 4 * 2 ** -8 * (x.abs() @ (back.abs() + scale.repeat_interleave(32, dim=1) * 8).T) + 1e-5
+    assert torch.all((out - ref).abs() <= bound)
+
+
+def test_int4_draft_keeps_greedy_output_identical_and_skips_layers_no_group_divides():
+    target = make_model(V, layers=3, hidden=32, seed=1, init=0.3)
+    draft = make_model(V, layers=1, hidden=32, seed=2, init=0.3)
+    draft.extra = nn.Linear(33, 16)  # no group size divides 33: stays float
+    fast, plan = quantize_draft(draft, "int4", copy=True)
+    assert plan == {"mode": "int4", "quantized": True}
+    assert isinstance(fast.lm_head, Int4Linear) and type(fast.extra) is nn.Linear
+    assert type(draft.lm_head) is nn.Linear  # the original untouched
+    prompt = [7, 11, 13, 40, 90]
+    reference = generate(target, NoProposer(), prompt, 0, 24).tokens
+    for gamma in (1, 3):
+        assert generate(target, DraftModelProposer(fast), prompt, gamma, 24).tokens == reference
+    ids = torch.randint(0, V, (4, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref, out = draft(ids).logits, fast(ids).logits
+    # a random 32-wide model has small margins and 4 bits round coarsely: well above chance (1/300), far from exact
+    assert (out.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.5
 
 
 def test_int8_draft_keeps_greedy_output_identical_and_the_original_untouched():
@@ -78,7 +126,7 @@ def test_modes_none_and_auto():
     assert plan["float_ms"] > 0 and plan["int8_ms"] > 0
     assert plan["quantized"] == (plan["int8_ms"] < 0.95 * plan["float_ms"])
     with pytest.raises(ValueError, match="draft_quant must be one of"):
-        plan_quant(draft, "int4")
+        plan_quant(draft, "int2")
 
 
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])

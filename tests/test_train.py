@@ -335,7 +335,7 @@ def test_decoding_conditions_caption():
     from train.distill import decoding_conditions
 
     assert decoding_conditions({}) == ""
-    assert decoding_conditions({"draft_int8": True, "draft_vocab": 8192}) == (
+    assert decoding_conditions({"draft_weights": "int8", "draft_vocab": 8192}) == (
         ", int8 draft weights, draft head over the first 8192 token ids")
     assert decoding_conditions({"confidence_threshold": 0.8}) == " at most, stopped after a token the draft gives p < 0.8"
 
@@ -427,7 +427,7 @@ def test_the_before_after_caption_names_the_head_the_callback_decoded_with():
     assert decoding_conditions({"draft_vocab": 64}) == ", draft head over the first 64 token ids"
     assert decoding_conditions({"draft_vocab": 64, "draft_vocab_order": "frequency"}) == (
         ", draft head over the 64 token ids most frequent in its training text")
-    assert decoding_conditions({"draft_int8": True}) == ", int8 draft weights"
+    assert decoding_conditions({"draft_weights": "int4"}) == ", int4 draft weights"
 
 
 def test_a_missing_train_vocab_source_fails_before_the_teacher_cache_is_built(tmp_path, tiny_target_dir, text_file):

@@ -17,7 +17,7 @@ import torch
 from decode.draft_vocab import restrict_vocab
 from decode.feature_decoding import draft_proposer
 from decode.fast_linear import fast_cpu_linears
-from decode.quantize import quantize_draft
+from decode.quantize import quantize_draft, weights_label
 from decode.metrics import acceptance
 from decode.speculative import NoProposer, SamplingParams, generate, generate_all
 
@@ -68,7 +68,7 @@ class SpeculativeEval(L.Callback):
                 "confidence_threshold": self.threshold,
                 "n_prompts": len(prompts), "max_new_tokens": self.max_new_tokens,
                 "temperature": self.params.temperature, "threads": torch.get_num_threads(),
-                "cpu_matmul": self.cpu_matmul, "draft_int8": quant["quantized"],
+                "cpu_matmul": self.cpu_matmul, "draft_weights": weights_label(quant),
                 "draft_vocab": vocab["size"] if vocab["restricted"] else None,
                 "draft_vocab_order": vocab.get("order"),
                 "draft_vocab_ranked_by": "the ids it trains over" if self.ranking and vocab["restricted"] else None}

@@ -308,7 +308,7 @@ def decoding_conditions(measured: dict) -> str:
     head = (f", draft head over the {size} token ids most frequent in its training text" if ranked
             else f", draft head over the first {size} token ids") if size else ""
     return ((f" at most, stopped after a token the draft gives p < {threshold:g}" if threshold else "")
-            + (", int8 draft weights" if measured.get("draft_int8") else "") + head)
+            + (f", {measured['draft_weights']} draft weights" if measured.get("draft_weights") else "") + head)
 
 
 def metrics_table(before: dict, after: dict) -> str:
