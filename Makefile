@@ -44,8 +44,8 @@ demo-medical: $(STAMP)
 # with DRAFT (one export or several, comma-separated), transformers' assisted generation with each and its prompt lookup; greedy and T=1, test code prompts.
 # cpu_matmul=auto times the layouts and gives target-only decoding the fastest too (oneDNN's prepacked layout, where it
 # wins, holds a second copy of the weights: about 6 GB more for the 1.5B). The Qwen benchmarks below do the same.
-# draft_quant=int4: our drafts' weights in 4-bit groups, the format chosen on tune prompts with scripts/bench_draft_quant.py
-# (docs/qwen-coder.md); transformers' assisted generation keeps its float draft.
+# draft_quant=int4: our drafts' weights in 4-bit groups, the format chosen on tune prompts with
+# scripts/bench_draft_quant.py (docs/qwen-coder.md); transformers' assisted generation keeps its float draft.
 QWEN_BENCH ?= domains=[code] gamma=[auto] temperature=[0,1.0] transformers=[assisted,lookup] n_prompts=8 \
 	max_new_tokens=48 repeats=1 cpu_matmul=auto draft_quant=int4 update_card=true
 bench-qwen: $(STAMP)

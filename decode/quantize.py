@@ -206,9 +206,9 @@ def weights_label(plan: dict) -> str | None:
 
 
 def quantize_draft(model, mode: str = "auto", copy: bool = False) -> tuple[nn.Module, dict]:
-    """Replace the model's plain nn.Linear layers with Int8Linear (Int4Linear for mode int4) where `plan_quant` says so: in place, or in a
-    deep copy with copy=True (the original is returned untouched when nothing is quantized). Returns the model
-    to decode with and the plan, for the run's recorded conditions."""
+    """Replace the model's plain nn.Linear layers with Int8Linear (Int4Linear for mode int4) where `plan_quant` says
+    so: in place, or in a deep copy with copy=True (the original is returned untouched when nothing is quantized).
+    Returns the model to decode with and the plan, for the run's recorded conditions."""
     plan = plan_quant(model, mode)
     if not plan["quantized"]:
         return model, plan

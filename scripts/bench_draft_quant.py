@@ -29,6 +29,7 @@ from data.token_ranking import rank_source, saved_ranking
 from decode.costs import decoding_context, seconds_in_turns
 from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
+from decode.feature_export import feature_kind_of
 from decode.loading import load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
 from decode.metrics import hardware_speedup
 from decode.quantize import MODES, quantize_draft, weights_label
@@ -44,6 +45,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(f"modes must list weight formats among none, int8, int4, got {list(cfg.modes)}.")
     if not cfg.drafts:
         raise ValueError("drafts=[...] must list at least one standalone draft (an export folder or embedded:<name>).")
+    features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
+    if features:
+        raise ValueError(f"{features}: feature drafts (Medusa / EAGLE) read the target's hidden states; this benchmark "
+                         "times standalone drafts only. Fix: measure them with eval/speculate.py draft_quant=<format>.")
     if cfg.gamma < 1 or cfg.repeats < 1 or cfg.n_prompts < 1:
         raise ValueError("gamma, repeats and n_prompts must be >= 1.")
 

@@ -45,3 +45,11 @@ def test_bad_settings_fail_before_loading_anything(tmp_path, extra, message):
 def test_median_interval_brackets_the_median():
     lo, hi = bench.median_ci([0.1, 0.2, 0.3, 0.4, 0.5], 0.95)
     assert lo <= 0.3 <= hi and 0.1 <= lo and hi <= 0.5
+
+
+def test_feature_drafts_are_refused_with_the_fix(tmp_path):
+    eagle = tmp_path / "eagle-export"
+    eagle.mkdir()
+    (eagle / "draftsmith.json").write_text('{"draft_kind": "eagle"}')
+    with pytest.raises(ValueError, match="feature drafts.*eval/speculate.py draft_quant"):
+        bench.run(quant_cfg(tmp_path, "missing-target", [eagle]))

@@ -1,4 +1,5 @@
-"""Int8 and int4 draft weights for CPU decoding (decode/quantize.py): close to the float layer, target output unchanged."""
+"""Int8 and int4 draft weights for CPU decoding (decode/quantize.py): close to the float layer, target output
+unchanged."""
 
 import pytest
 import torch
