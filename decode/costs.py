@@ -63,6 +63,20 @@ def decoding_context(prompt: list[int], max_new_tokens: int) -> list[int]:
     return prompt + prompt[-1:] * (max_new_tokens // 2)
 
 
+def cached_pass(model, context: list[int], role: str = "verify", keep: int | None = None):
+    """A callable running one k-token pass of `model` after `context` is cached (`pass_(k)`), rolled back after every
+    call, so every call sees the same context length. `keep`: logits rows kept (1 for a draft step)."""
+    lm = CachedLM(model, role=role)
+    lm.reset()
+    lm.extend(context, keep=1)
+    base = lm.length
+
+    def pass_(k: int = 1) -> None:
+        lm.extend(context[-1:] * k, keep=keep)
+        lm.rollback(base)
+    return pass_
+
+
 def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 5,
                   target_pass_s: list[float] | None = None) -> dict:
     """Median seconds of: one 1-token draft step, and a k-token target pass for k = 1..max_k, each after
@@ -74,15 +88,7 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
     of the CPU's caches, so a draft step timed alone is too cheap. Target passes are timed back to back, as in
     target-only decoding; a preceding draft step did not change them."""
     out = {"context_tokens": len(context), "repeats": repeats}
-    t_lm = CachedLM(target)
-    t_lm.reset()
-    t_lm.extend(context, keep=1)
-    base = t_lm.length
-
-    def target_pass(k: int) -> None:
-        t_lm.extend(context[-1:] * k)
-        t_lm.rollback(base)
-
+    target_pass = cached_pass(target, context)
     passes = list(target_pass_s) if target_pass_s else median_seconds_each(
         [lambda k=k: target_pass(k) for k in range(1, max_k + 1)], repeats)
     out["target_pass_s"] = passes
@@ -91,14 +97,7 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
                                              between=lambda: target_pass(min(2, max_k)))
         out["cost_ratio_c"] = out["draft_step_s"] / passes[0]
     elif draft is not None:
-        d_lm = CachedLM(draft, role="draft")
-        d_lm.reset()
-        d_lm.extend(context, keep=1)
-        d_base = d_lm.length
-
-        def step():
-            d_lm.extend(context[-1:], keep=1)
-            d_lm.rollback(d_base)
-        out["draft_step_s"] = median_seconds(step, repeats, between=lambda: target_pass(min(2, max_k)))
+        out["draft_step_s"] = median_seconds(cached_pass(draft, context, "draft", keep=1), repeats,
+                                             between=lambda: target_pass(min(2, max_k)))
         out["cost_ratio_c"] = out["draft_step_s"] / passes[0]
     return out

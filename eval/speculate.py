@@ -629,10 +629,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                 print(f"model card updated: {write_card(name, evals)}")
     print(markdown_table(records))
     weights = weights_label(next(iter(quant.values())))
-    int8 = f" ({weights} weights)" if weights else ""
     head = next(iter(vocab.values()))
-    int8 += f" (head: {head['size']} of {head['vocab_size']} ids)" if head["restricted"] else ""
-    print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms{int8}, target k-token pass "
+    draft_form = (f" ({weights} weights)" if weights else "") + (
+        f" (head: {head['size']} of {head['vocab_size']} ids)" if head["restricted"] else "")
+    print(f"\ncost model: draft step {costs['draft_step_s'] * 1e3:.1f} ms{draft_form}, target k-token pass "
           + ", ".join(f"k={k + 1}: {t * 1e3:.1f} ms" for k, t in enumerate(costs["target_pass_s"]))
           + f"; c = {costs['cost_ratio_c']:.3f}. At the best measured alpha the cost model's best gamma is {best[0]} "
           f"({best[1]:.2f}x expected).\nBest measured speedup: {fastest['speedup']:.2f}x "

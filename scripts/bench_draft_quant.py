@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.prompts import encode_prompt, load_prompts
 from data.token_ranking import rank_source, saved_ranking
-from decode.costs import decoding_context, seconds_in_turns
+from decode.costs import cached_pass, decoding_context, seconds_in_turns
 from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
 from decode.feature_export import feature_kind_of
@@ -34,7 +34,7 @@ from decode.loading import load_drafts, load_frozen, load_tokenizer, model_vocab
 from decode.metrics import hardware_speedup
 from decode.quantize import MODES, quantize_draft, weights_label
 from decode.runtime import setup_cpu
-from decode.speculative import CachedLM, NoProposer, generate
+from decode.speculative import NoProposer, generate
 from decode.stats import percentile_interval, ratio_alpha_ci
 from eval.provenance import provenance
 
@@ -62,25 +62,10 @@ def agreement(model, ids: list[int], start: int) -> tuple[int, int]:
 
 def step_timers(target, variants: dict, context: list[int], gamma: int):
     """Callables for one 1-token target pass, one (gamma+1)-token pass and one 1-token step of each variant, each
-    after `context` is cached and rolled back after every call; and a 2-token target pass to run between them."""
-    def cached(model, role):
-        lm = CachedLM(model, role=role)
-        lm.reset()
-        lm.extend(context, keep=1)
-        return lm, lm.length
-
-    t_lm, t_base = cached(target, "verify")
-
-    def target_pass(k):
-        t_lm.extend(context[-1:] * k)
-        t_lm.rollback(t_base)
-
-    def draft_step(lm, base):
-        lm.extend(context[-1:], keep=1)
-        lm.rollback(base)
-
+    after `context` is cached (decode/costs.py's cached_pass); and a 2-token target pass to run between them."""
+    target_pass = cached_pass(target, context)
     steps = [lambda: target_pass(1), lambda: target_pass(gamma + 1)]
-    steps += [lambda lm_base=cached(v, "draft"): draft_step(*lm_base) for v in variants.values()]
+    steps += [lambda step=cached_pass(v, context, "draft", keep=1): step() for v in variants.values()]
     return steps, lambda: target_pass(2)
 
 
