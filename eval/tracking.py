@@ -58,6 +58,7 @@ def log_eval_to_wandb(records: list[dict], conditions: dict, files: dict, cfg: d
             key = f"{Path(r['draft']).name}/{r['domain']}/g{r['gamma']}/T{r['temperature']}"
             run.summary.update({f"{key}/alpha": r["alpha"], f"{key}/tau": r["tau"], f"{key}/speedup": r["speedup"]})
         run.finish()
+        wandb.teardown()  # finish() returns before the service has flushed the run folder; teardown waits for it
     except Exception as err:  # noqa: BLE001 - tracking must never lose the results already written
         log.warning("W&B logging failed (%s: %s); results are in %s.", type(err).__name__, err, out)
 

@@ -91,7 +91,10 @@ def finish_wandb(loggers: list, summary: dict) -> None:
                                           metadata={"final": summary["after"], "steps": summary["steps"]})
                 artifact.add_dir(summary["export"])
                 run.log_artifact(artifact)
-            run.finish()  # writes the summary file (offline runs: ready for `wandb sync`)
+            run.finish()
+            # finish() returns before W&B's service process has flushed the run's .wandb log; teardown waits for
+            # it, so the run folder is complete (offline: ready for `wandb sync`) when train() returns.
+            wandb.teardown()
         except Exception as err:  # noqa: BLE001
             log.warning("W&B end-of-run logging failed (%s: %s); everything is in %s.", type(err).__name__, err,
                         summary.get("output_dir"))
