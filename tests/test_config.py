@@ -61,6 +61,10 @@ def test_every_experiment_composes(name):
     if name == "longer":  # 4x the steps on 800 answers per store, kept apart from the default run's 400
         assert (cfg.trainer.max_steps, cfg.data.generate.n_prompts, cfg.optim.lr) == (640, 800, 2e-3)
         assert [Path(s.path).name for s in cfg.data.sources] == ["general-800.jsonl", "general-800-t1.jsonl"]
+    if name == "qwen_coder":  # the quick recipe's store, 4x the answers, its head over the ids they use most
+        assert [Path(s.path).name for s in cfg.data.sources] == ["code.jsonl"]
+        assert cfg.data.generate.n_prompts == 400 and cfg.trainer.max_steps == 400
+        assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path
     if name == "qwen_coder_eagle":  # an EAGLE-style draft trained from the 1.5B's cached features
         from train.distill import check_config
 

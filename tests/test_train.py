@@ -359,16 +359,19 @@ def test_progress_bars_count_steps_against_the_budget(tmp_path, tiny_target_dir,
     assert "step 3/3" in shown and "/-2" not in shown
 
 
-def test_qwen_coder_recipe_runs_on_tiny_stand_ins(tmp_path, tiny_target_dir, tokenizer):
+@pytest.mark.parametrize("recipe", ["qwen_coder_quick", "qwen_coder"])
+def test_qwen_coder_recipe_runs_on_tiny_stand_ins(tmp_path, tiny_target_dir, tokenizer, recipe):
     """+experiment=qwen_coder_quick's code path in the fast suite: the target answers code prompts into a greedy
     store, a draft cut from another model of the same vocabulary learns the answers by cross-entropy (the target
-    never runs in a training step), and the export keeps the donor's width. Tiny models stand in for the pair."""
+    never runs in a training step), and the export keeps the donor's width. Tiny models stand in for the pair.
+    qwen_coder: the loss and the exported head cover the ids the answers use most."""
     donor = tmp_path / "donor"
     make_model(len(tokenizer), layers=3, hidden=16, seed=5).save_pretrained(donor)
     tokenizer.save_pretrained(donor)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("distill", overrides=[
-            "+experiment=qwen_coder_quick", f"model.target.name_or_path={tiny_target_dir}", "model.target.slug=tiny",
+            f"+experiment={recipe}", f"model.target.name_or_path={tiny_target_dir}", "model.target.slug=tiny",
+            "model.draft.train_vocab=48",
             f"model.draft.source={donor}", "model.draft.layers=[0,2]", "data.generate.n_prompts=8",
             "data.generate.batch_size=4", "data.generate.max_new_tokens=12", "data.block_size=16", "data.val_tokens=16",
             "data.batch_size=2", "trainer.max_steps=2",
@@ -380,6 +383,15 @@ def test_qwen_coder_recipe_runs_on_tiny_stand_ins(tmp_path, tiny_target_dir, tok
     assert (tmp_path / "cache" / "generated" / "tiny" / "code.jsonl").read_text().count("\n") == 8
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "export")
     assert exported.config.hidden_size == 16 and exported.config.vocab_size == len(tokenizer)
+    saved = tmp_path / "run" / "export" / "draft_vocab.json"
+    if recipe == "qwen_coder":
+        from data.token_ranking import rank_source
+
+        store = {"kind": "files", "path": str(tmp_path / "cache" / "generated" / "tiny" / "code.jsonl"),
+                 "format": "chat"}
+        assert json.loads(saved.read_text())["ranking"] == rank_source(store, tokenizer, len(tokenizer), "store")
+    else:
+        assert not saved.exists()  # the lowest 48 ids: nothing to save
 
 
 @pytest.mark.integration  # a training run and an evaluation: several seconds, outside the 2-minute fast suite
