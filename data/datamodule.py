@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.packing import encode, pack
-from data.sources import describe, iter_source
+from data.sources import content_stamp, describe, iter_source
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 3  # bump whenever tokenization, splitting, packing or the corpora's held-out items change
@@ -120,7 +120,8 @@ class DistillDataModule(L.LightningDataModule):
         self.max_train_tokens, self.val_tokens = max_train_tokens, val_tokens
         self.train_on_prompt, self.seed, self.num_workers, self.name = train_on_prompt, seed, num_workers, name
         key = json.dumps([CACHE_VERSION, self.sources, block_size, max_train_tokens, val_tokens, train_on_prompt,
-                          seed, tokenizer_fingerprint(tokenizer)], sort_keys=True, default=str)
+                          seed, tokenizer_fingerprint(tokenizer), [content_stamp(s) for s in self.sources]],
+                         sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.cache_path = Path(cache_dir).expanduser() / "data" / f"{name}-{digest}"
         self.train_set = self.val_set = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -112,6 +113,19 @@ def _iter_source(source: dict) -> Iterator[Example]:
         yield from _records(_load_hub(source["name"], source.get("config"), source.get("split", "train")), source)
     else:
         raise ValueError(f"data source kind must be builtin, files or hub, got '{kind}'.")
+
+
+def content_stamp(source: dict) -> list | None:
+    """What a files source holds now, for cache keys: (path, bytes, modification time) of each file it matches, so
+    answers appended to a store (or an edited file) make a new cache entry instead of reusing stale blocks. None for
+    built-in and Hub sources (named by version), or files not there yet (reading them fails with the fix)."""
+    if source.get("kind", "builtin") != "files":
+        return None
+    try:
+        files = _expand(source.get("path"))
+    except (FileNotFoundError, TypeError):
+        return None
+    return [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
 
 
 def describe(source: dict) -> str:

@@ -103,6 +103,23 @@ def test_datamodule_caches_and_serves_batches(tokenizer, text_file, tmp_path):
     assert DistillDataModule(tokenizer, **{**kwargs, "block_size": 16}).cache_path != dm.cache_path
 
 
+def test_a_files_source_that_grows_gets_a_new_cache_entry(tokenizer, text_file, tmp_path):
+    """Answers appended to a store (the Qwen recipes add to the quick run's) must be read, not the stale blocks."""
+    store = tmp_path / "store.jsonl"
+    store.write_text(text_file.read_text())
+    kwargs = dict(sources=[{"kind": "files", "path": str(store)}], block_size=32, batch_size=2, val_tokens=64,
+                  cache_dir=tmp_path)
+    first = DistillDataModule(tokenizer, **kwargs)
+    first.prepare_data()
+    blocks = len(first.train_labels())
+    with store.open("a") as f:
+        f.write(text_file.read_text())
+    grown = DistillDataModule(tokenizer, **kwargs)
+    assert grown.cache_path != first.cache_path
+    grown.prepare_data()
+    assert len(grown.train_labels()) > blocks
+
+
 def test_too_little_training_data_fails_clearly(tokenizer, text_file, tmp_path):
     dm = DistillDataModule(tokenizer, sources=[{"kind": "files", "path": str(text_file)}], block_size=32,
                            batch_size=10_000, val_tokens=64, cache_dir=tmp_path)
