@@ -46,8 +46,14 @@ demo-medical: $(STAMP)
 # wins, holds a second copy of the weights: about 6 GB more for the 1.5B). The Qwen benchmarks below do the same.
 # draft_quant=int4: our drafts' weights in 4-bit groups, the format chosen on tune prompts with
 # scripts/bench_draft_quant.py (docs/qwen-coder.md); transformers' assisted generation keeps its float draft.
+# Every draft's head keeps the 8192 ids most frequent in the recipes' answer store (QWEN_STORE); transformers'
+# assisted generation runs with the off-the-shelf 0.5B (its stock setting: a float draft with its full head).
+DRAFTSMITH_CACHE ?= $(HOME)/.cache/draftsmith
+QWEN_STORE ?= $(DRAFTSMITH_CACHE)/generated/qwen25_coder_1_5b/code.jsonl
 QWEN_BENCH ?= domains=[code] gamma=[auto] temperature=[0,1.0] transformers=[assisted,lookup] n_prompts=8 \
-	max_new_tokens=48 repeats=1 cpu_matmul=auto draft_quant=int4 update_card=true
+	max_new_tokens=48 repeats=1 cpu_matmul=auto draft_quant=int4 update_card=true \
+	transformers_drafts=[embedded:qwen2.5-coder-0.5b-instruct] \
+	'draft_vocab_from={kind: files, path: "$(QWEN_STORE)", format: chat}'
 bench-qwen: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder>[,<export folder>...] is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
