@@ -8,6 +8,7 @@ when an old answer store or a user's file contains one.
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -116,16 +117,25 @@ def _iter_source(source: dict) -> Iterator[Example]:
 
 
 def content_stamp(source: dict) -> list | None:
-    """What a files source holds now, for cache keys: (path, bytes, modification time) of each file it matches, so
-    answers appended to a store (or an edited file) make a new cache entry instead of reusing stale blocks. None for
-    built-in and Hub sources (named by version), or files not there yet (reading them fails with the fix)."""
+    """What a files source holds now, for cache keys: (path, bytes, sha256) of each file it matches, so answers
+    appended to a store (or an edited file) make a new cache entry instead of reusing stale blocks, while a copied or
+    touched file keeps its caches (a teacher cache can take an hour). Hashing reads the files once per run (about
+    1 GB/s). None for built-in and Hub sources (named by version), or files not there yet (reading them fails with
+    the fix)."""
     if source.get("kind", "builtin") != "files":
         return None
     try:
         files = _expand(source.get("path"))
     except (FileNotFoundError, TypeError):
         return None
-    return [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
+    stamps = []
+    for name in files:
+        digest = hashlib.sha256()
+        with open(name, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        stamps.append((name, os.path.getsize(name), digest.hexdigest()))
+    return stamps
 
 
 def describe(source: dict) -> str:

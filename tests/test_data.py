@@ -1,6 +1,7 @@
 """Data: built-in corpora, sources, chat masking, packing, split and cache."""
 
 import json
+import os
 
 import pytest
 
@@ -112,6 +113,8 @@ def test_a_files_source_that_grows_gets_a_new_cache_entry(tokenizer, text_file, 
     first = DistillDataModule(tokenizer, **kwargs)
     first.prepare_data()
     blocks = len(first.train_labels())
+    os.utime(store, (1, 1))  # touched, same content: the same cache (a teacher cache keyed by it can take an hour)
+    assert DistillDataModule(tokenizer, **kwargs).cache_path == first.cache_path
     with store.open("a") as f:
         f.write(text_file.read_text())
     grown = DistillDataModule(tokenizer, **kwargs)
