@@ -67,3 +67,12 @@ def saved_ranking(folder: str | Path) -> list[int] | None:
     if not path.is_file():
         return None
     return [int(i) for i in json.loads(path.read_text())["ranking"]]
+
+
+def head_ranking(saved: list[int] | None, ranking: list[int] | None) -> tuple[list[int] | None, str | None]:
+    """Which ids a draft's cut head keeps, and why: a draft trained over ranked ids (model.draft.train_vocab_from,
+    saved as draft_vocab.json) keeps those, as its loss covered no others; draft_vocab_from ranks the ids of drafts
+    that carry none (an off-the-shelf model, a draft trained over every id); else the lowest ids (None)."""
+    if saved:
+        return saved, "draft_vocab.json: the ids it trained over"
+    return (ranking, "draft_vocab_from") if ranking else (None, None)

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import decoding_context, measure_costs
-from data.token_ranking import rank_source, saved_ranking
+from data.token_ranking import head_ranking, rank_source, saved_ranking
 from decode.draft_vocab import restrict_vocab
 from decode.feature_decoding import MedusaTreeProposer, draft_proposer
 from decode.feature_drafts import is_feature_draft
@@ -551,11 +551,9 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                             cache_dir=cfg.cache_dir, device=cfg.device) if "assisted" in cfg.transformers else {}
     special = special_token_ids(tokenizer, target)
     ranking = draft_vocab_ranking(cfg.get("draft_vocab_from"), tokenizer, model_vocab_size(target))
-    # without draft_vocab_from, a draft trained over ranked ids (model.draft.train_vocab_from) keeps those ids
     vocab = {}
     for name, draft in drafts.items():
-        ranked, origin = ((ranking, "draft_vocab_from") if ranking
-                          else (saved_ranking(name), "draft_vocab.json: the ids it trained over"))
+        ranked, origin = head_ranking(saved_ranking(name), ranking)
         vocab[name] = restrict_vocab(draft, cfg.draft_vocab, special, ranking=ranked)[1]
         if vocab[name]["restricted"] and ranked:
             vocab[name]["ranked_by"] = origin

@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.prompts import encode_prompt, load_prompts
-from data.token_ranking import rank_source, saved_ranking
+from data.token_ranking import head_ranking, rank_source, saved_ranking
 from decode.costs import cached_pass, decoding_context, seconds_in_turns
 from decode.draft_vocab import restrict_vocab
 from decode.fast_linear import fast_cpu_linears
@@ -109,7 +109,7 @@ def run(cfg: DictConfig) -> list[dict]:
     ranking = rank_source(cfg.get("draft_vocab_from"), tokenizer, model_vocab_size(target))
     variants = {}
     for name, draft in drafts.items():
-        cut = restrict_vocab(draft, cfg.draft_vocab, special, ranking=ranking or saved_ranking(name))[0]
+        cut = restrict_vocab(draft, cfg.draft_vocab, special, ranking=head_ranking(saved_ranking(name), ranking)[0])[0]
         for mode in cfg.modes:
             model = quantize_draft(cut, mode, copy=True)[0] if mode != "none" else cut
             variants[f"{name}, {weights_label({'mode': mode, 'quantized': mode != 'none'}) or 'float'}"] = model

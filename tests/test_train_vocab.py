@@ -88,6 +88,15 @@ def test_a_ranked_kept_head_keeps_the_most_frequent_ids_and_the_export_file_roun
     assert saved_ranking(tmp_path) == ranking
 
 
+def test_a_draft_trained_over_ranked_ids_keeps_them_whatever_draft_vocab_from_ranks():
+    """Its loss covered only its ids: a cut head over others would propose tokens it never learned to rank."""
+    from data.token_ranking import head_ranking
+
+    assert head_ranking([5, 4], [9, 8]) == ([5, 4], "draft_vocab.json: the ids it trained over")
+    assert head_ranking(None, [9, 8]) == ([9, 8], "draft_vocab_from")
+    assert head_ranking(None, None) == (None, None)
+
+
 def test_train_labels_on_another_rank_waits_for_rank_zeros_cache(tmp_path, tokenizer, monkeypatch):
     """Ranking happens before the Trainer exists: under torchrun only local rank 0 packs the data."""
     from data.datamodule import DistillDataModule
