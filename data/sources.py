@@ -11,6 +11,7 @@ import glob
 import hashlib
 import logging
 import os
+from itertools import islice
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -98,7 +99,13 @@ def without_evaluation_prompts(examples, source: dict) -> Iterator[Example]:
 
 
 def iter_source(source: dict) -> Iterator[Example]:
-    yield from without_evaluation_prompts(_iter_source(source), source)
+    """A source's examples; `max_records: N` keeps its first N (an answer store shared by recipes that read different
+    numbers of its answers, in the order they were generated)."""
+    limit = source.get("max_records")
+    if limit is not None and int(limit) < 1:
+        raise ValueError(f"data source {describe(source)}: max_records must be >= 1 or null, got {limit}.")
+    examples = _iter_source(source)
+    yield from without_evaluation_prompts(examples if limit is None else islice(examples, int(limit)), source)
 
 
 def _iter_source(source: dict) -> Iterator[Example]:

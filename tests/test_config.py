@@ -65,6 +65,9 @@ def test_every_experiment_composes(name):
         assert [Path(s.path).name for s in cfg.data.sources] == ["code.jsonl"]
         assert cfg.data.generate.n_prompts == 400 and cfg.trainer.max_steps == 400
         assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path
+        assert cfg.data.sources[0].max_records == cfg.model.draft.train_vocab_from.max_records == 400
+    if name == "qwen_coder_quick":  # the shared store's first 96 answers, however many later runs add
+        assert cfg.data.sources[0].max_records == 96
     if name == "qwen_coder_eagle":  # an EAGLE-style draft trained from the 1.5B's cached features
         from train.distill import check_config
 

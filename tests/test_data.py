@@ -60,6 +60,10 @@ def test_files_source_reads_jsonl_txt_and_chat(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps({"prompt": "q", "response": "a"}) + "\n")
     chat = list(iter_source({"kind": "files", "path": str(tmp_path / "c.jsonl"), "format": "chat"}))
     assert chat == [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]]
+    first = {"kind": "files", "path": str(tmp_path / "a.jsonl"), "text_field": "body", "max_records": 1}
+    assert list(iter_source(first)) == ["first"]  # a store's first answers only (the quick Qwen recipe's)
+    with pytest.raises(ValueError, match="max_records must be >= 1"):
+        list(iter_source({**first, "max_records": 0}))
 
 
 def test_bad_sources_fail_clearly(tmp_path):
