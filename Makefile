@@ -81,11 +81,11 @@ bench-feature: $(STAMP)
 	$(PY) eval/speculate.py drafts=[$(DRAFTS)] domains=[general] $(FEATURE_BENCH) $(ARGS)
 
 # Draft kinds side by side on the Qwen2.5-Coder-1.5B target (docs/feature-drafts.md): the off-the-shelf 0.5B, a
-# standalone draft (DRAFT: +experiment=qwen_coder_quick's export) and the EAGLE-style draft (EAGLE:
+# standalone draft (DRAFT: e.g. +experiment=qwen_coder_layers_quick's export) and the EAGLE-style draft (EAGLE:
 # +experiment=qwen_coder_eagle's export), one fixed gamma for all, greedy and T=1, held-out code prompts.
 FEATURE_QWEN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=auto
 bench-feature-qwen: $(STAMP)
-	@test -n "$(DRAFT)" -a -n "$(EAGLE)" || { echo "DRAFT=<qwen_coder_quick export> EAGLE=<qwen_coder_eagle export> are required"; exit 2; }
+	@test -n "$(DRAFT)" -a -n "$(EAGLE)" || { echo "DRAFT=<standalone export> EAGLE=<qwen_coder_eagle export> are required"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT),$(EAGLE)] domains=[code] $(FEATURE_QWEN_BENCH) $(ARGS)
 

@@ -61,13 +61,18 @@ def test_every_experiment_composes(name):
     if name == "longer":  # 4x the steps on 800 answers per store, kept apart from the default run's 400
         assert (cfg.trainer.max_steps, cfg.data.generate.n_prompts, cfg.optim.lr) == (640, 800, 2e-3)
         assert [Path(s.path).name for s in cfg.data.sources] == ["general-800.jsonl", "general-800-t1.jsonl"]
-    if name == "qwen_coder":  # the quick recipe's store, 4x the answers, its head over the ids they use most
+    if name in ("qwen_coder", "qwen_coder_layers"):  # the quick recipe's store, 4x the answers, the ids they use most
         assert [Path(s.path).name for s in cfg.data.sources] == ["code.jsonl"]
-        assert cfg.data.generate.n_prompts == 400 and cfg.trainer.max_steps == 400
+        assert cfg.data.generate.n_prompts == 400
+        assert cfg.trainer.max_steps == (80 if name == "qwen_coder" else 400)
         assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path
         assert cfg.data.sources[0].max_records == cfg.model.draft.train_vocab_from.max_records == 400
-    if name == "qwen_coder_quick":  # the shared store's first 96 answers, however many later runs add
-        assert cfg.data.sources[0].max_records == 96
+    if name in ("qwen_coder_quick", "qwen_coder_layers_quick"):  # the shared store's first 96 answers, however many
+        assert cfg.data.sources[0].max_records == 96                 # later runs add
+    if name in ("qwen_coder_quick", "qwen_coder"):  # the whole 0.5B, LoRA, forward KL against the live 1.5B
+        assert (cfg.model.draft.kind, cfg.lora.enabled, cfg.loss.name, cfg.teacher) == (
+            "pretrained", True, "forward_kl", "live")
+        assert (cfg.model.draft.train_embeddings, cfg.model.draft.train_vocab) == (False, 8192)
     if name == "qwen_coder_eagle":  # an EAGLE-style draft trained from the 1.5B's cached features
         from train.distill import check_config
 

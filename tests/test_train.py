@@ -359,32 +359,38 @@ def test_progress_bars_count_steps_against_the_budget(tmp_path, tiny_target_dir,
     assert "step 3/3" in shown and "/-2" not in shown
 
 
-@pytest.mark.parametrize("recipe", ["qwen_coder_quick", "qwen_coder"])
+@pytest.mark.parametrize("recipe", ["qwen_coder_quick", "qwen_coder", "qwen_coder_layers_quick", "qwen_coder_layers"])
 def test_qwen_coder_recipe_runs_on_tiny_stand_ins(tmp_path, tiny_target_dir, tokenizer, recipe):
-    """+experiment=qwen_coder_quick's code path in the fast suite: the target answers code prompts into a greedy
-    store, a draft cut from another model of the same vocabulary learns the answers by cross-entropy (the target
-    never runs in a training step), and the export keeps the donor's width. Tiny models stand in for the pair.
-    qwen_coder: the loss and the exported head cover the ids the answers use most."""
+    """The Qwen2.5-Coder recipes' code path in the fast suite, tiny models standing in for the pair: the target answers
+    code prompts into a greedy store, then the draft learns them. qwen_coder(_quick): LoRA on a whole model of the
+    same vocabulary, forward KL against the live target, merged on export; qwen_coder_layers(_quick): layers cut from
+    that model learn the answers by cross-entropy (the target never runs in a training step) and the export keeps
+    the donor's width. Every recipe but the cut quick one scores and exports the ids the answers use most."""
     donor = tmp_path / "donor"
     make_model(len(tokenizer), layers=3, hidden=16, seed=5).save_pretrained(donor)
     tokenizer.save_pretrained(donor)
+    whole = recipe in ("qwen_coder_quick", "qwen_coder")
+    draft = [f"model.draft.name_or_path={donor}"] if whole else [f"model.draft.source={donor}", "model.draft.layers=[0,2]"]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("distill", overrides=[
             f"+experiment={recipe}", f"model.target.name_or_path={tiny_target_dir}", "model.target.slug=tiny",
-            "model.draft.train_vocab=48",
-            f"model.draft.source={donor}", "model.draft.layers=[0,2]", "data.generate.n_prompts=8",
+            "model.draft.train_vocab=48", *draft, "data.generate.n_prompts=8",
             "data.generate.batch_size=4", "data.generate.max_new_tokens=12", "data.block_size=16", "data.val_tokens=16",
             "data.batch_size=2", "trainer.max_steps=2",
             "trainer.val_check_interval=1", "progress_bar=none", f"paths.output_dir={tmp_path / 'run'}",
             f"paths.cache_dir={tmp_path / 'cache'}"])
-    assert cfg.loss.name == "cross_entropy" and cfg.data.prompts_from == "code"
+    assert cfg.data.prompts_from == "code"
+    assert (cfg.loss.name, cfg.teacher, cfg.lora.enabled) == (
+        ("forward_kl", "live", True) if whole else ("cross_entropy", "live", False))
     summary = train(cfg)
-    assert summary["steps"] == 2 and summary["setup"]["draft_layers"] == 2
+    assert summary["steps"] == 2
+    assert summary["setup"]["draft_layers"] == (3 if whole else 2)
     assert (tmp_path / "cache" / "generated" / "tiny" / "code.jsonl").read_text().count("\n") == 8
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "export")
     assert exported.config.hidden_size == 16 and exported.config.vocab_size == len(tokenizer)
+    assert not any("lora" in name for name in exported.state_dict())  # adapters merged
     saved = tmp_path / "run" / "export" / "draft_vocab.json"
-    if recipe == "qwen_coder":
+    if recipe != "qwen_coder_layers_quick":
         from data.token_ranking import rank_source
 
         store = {"kind": "files", "path": str(tmp_path / "cache" / "generated" / "tiny" / "code.jsonl"),
