@@ -261,9 +261,10 @@ def generate_all(target, proposer: Proposer, prompts: list[list[int]], gamma: in
                  params: SamplingParams | None = None, eos_token_ids: set[int] | None = None, seed: int = 0,
                  record_entropy: bool = False) -> dict:
     """Decode every prompt once (prompt i seeded with seed + i). Returns the tokens per prompt, all step logs,
-    the wall time (prefill included) and the number of new tokens, in total and per prompt (`prompt_seconds`,
-    `prompt_steps`: how many of `steps` belong to each prompt, in order)."""
-    tokens, steps, prompt_seconds, prompt_steps = [], [], [], []
+    the wall time (prefill included) and the number of new tokens, in total and per prompt (`prompt_seconds`;
+    `prompt_prefill_seconds`, their prefill part; `prompt_steps`, how many of `steps` belong to each prompt, in
+    order)."""
+    tokens, steps, prompt_seconds, prompt_steps, prefill_seconds = [], [], [], [], []
     device = getattr(target, "device", torch.device("cpu"))  # sampling runs where the logits are
     for i, prompt in enumerate(prompts):
         gen = generate(target, proposer, prompt, gamma, max_new_tokens, params, eos_token_ids,
@@ -272,5 +273,7 @@ def generate_all(target, proposer: Proposer, prompts: list[list[int]], gamma: in
         steps += gen.steps
         prompt_steps.append(len(gen.steps))
         prompt_seconds.append(gen.prefill_s + gen.decode_s)
+        prefill_seconds.append(gen.prefill_s)
     return {"tokens": tokens, "steps": steps, "seconds": sum(prompt_seconds), "new_tokens": sum(map(len, tokens)),
-            "prompt_seconds": prompt_seconds, "prompt_steps": prompt_steps}
+            "prompt_seconds": prompt_seconds, "prompt_steps": prompt_steps,
+            "prompt_prefill_seconds": prefill_seconds}

@@ -13,7 +13,7 @@ log = logging.getLogger("draftsmith.eval")
 
 COLUMNS = ["draft", "proposer", "auto_off", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
            "mean_drafted", "accepted_per_proposed", "target_tok_s", "spec_tok_s", "speedup", "speedup_ci",
-           "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup", "greedy_identical"]
+           "decode_speedup", "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup", "greedy_identical"]
 
 
 def _fmt(v):
@@ -201,7 +201,10 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
     files["json"].write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
     conds = ", ".join(f"{k}={v}" for k, v in conditions.items() if k != "costs")
     files["markdown"].write_text(f"# Speculative decoding results\n\nConditions: {conds}\n\n"
-                                 "tau counts the bonus/correction token (+1 included).\n\n" + markdown_table(records) + "\n")
+                                 "tau counts the bonus/correction token (+1 included). speedup: wall time, each "
+                                 "prompt's prefill included; decode_speedup: prefill taken out of both times (nan "
+                                 "for transformers' rows, whose generate() does not split it).\n\n"
+                                 + markdown_table(records) + "\n")
     ours = [r for r in records if not str(r.get("proposer", "")).startswith("transformers")]  # baselines: table only
     chains = [r for r in ours if r.get("proposer", "draft") == "draft"]  # the per-gamma plots: one draft's chains
     for i, path in enumerate(plots(chains, out) if chains else []):

@@ -46,7 +46,7 @@ from decode.router import Option, RouterProposer, with_auto_off
 from decode.schedule import HeuristicGammaProposer
 from decode.tree import TreeProposer, static_tree
 from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
-from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci
+from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci, ratio_of_sums_speedup
 from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, hf_assisted, hf_lookup
 from eval.provenance import provenance
 from eval.timing import Arm, timed_interleaved
@@ -74,9 +74,26 @@ def intervals(spec: dict, base: dict, level: float) -> dict:
     return {"speedup_ci": list(bootstrap_speedup_ci(base["prompt_seconds"], spec["prompt_seconds"], base_tokens,
                                                     spec_tokens, level)),
             "alpha_ci": list(ratio_alpha_ci(accepted, judged, level)), "ci_level": level,
+            **decode_speedup(spec, base, level),
             "per_prompt": {"target_s": base["prompt_seconds"], "spec_s": spec["prompt_seconds"],
+                           "target_prefill_s": base.get("prompt_prefill_seconds"),
+                           "spec_prefill_s": spec.get("prompt_prefill_seconds"),
                            "target_tokens": base_tokens, "spec_tokens": spec_tokens,
                            "accepted": accepted, "judged": judged}}
+
+
+def decode_speedup(spec: dict, base: dict, level: float) -> dict:
+    """The speedup of the decoding phase alone (each prompt's prefill taken out of both times: the target's, and the
+    draft's own when it reads the prompt) with its interval across prompts: what a longer answer tends to, since
+    prefill is paid once per prompt. nan where a run does not split its prefill out (transformers' generate)."""
+    base_pre, spec_pre = base.get("prompt_prefill_seconds"), spec.get("prompt_prefill_seconds")
+    if not base_pre or not spec_pre:
+        return {"decode_speedup": float("nan"), "decode_speedup_ci": [float("nan")] * 2}
+    base_s = [t - p for t, p in zip(base["prompt_seconds"], base_pre)]
+    spec_s = [t - p for t, p in zip(spec["prompt_seconds"], spec_pre)]
+    base_tokens, spec_tokens = [len(t) for t in base["tokens"]], [len(t) for t in spec["tokens"]]
+    return {"decode_speedup": ratio_of_sums_speedup(base_s, spec_s, base_tokens, spec_tokens),
+            "decode_speedup_ci": list(bootstrap_speedup_ci(base_s, spec_s, base_tokens, spec_tokens, level))}
 
 
 def accept_by_entropy(steps) -> list[dict]:
@@ -148,6 +165,7 @@ def make_hf_record(draft: str, proposer: str, domain: str, gamma, temperature: f
             "greedy_identical": run["tokens"] == base["tokens"] if temperature == 0 else None,
             "speedup_ci": list(bootstrap_speedup_ci(base["prompt_seconds"], run["prompt_seconds"],
                                                     [len(t) for t in base["tokens"]], tokens, level)),
+            "decode_speedup": float("nan"), "decode_speedup_ci": [float("nan")] * 2,  # generate() keeps prefill in
             "ci_level": level, "per_prompt": {"target_s": base["prompt_seconds"], "spec_s": run["prompt_seconds"],
                                               "target_tokens": [len(t) for t in base["tokens"]], "spec_tokens": tokens}}
 

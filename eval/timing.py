@@ -47,8 +47,9 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
                       params: SamplingParams | None = None, eos_token_ids: set[int] | None = None, seed: int = 0,
                       repeats: int = 1, on_prompt: Callable[[int, int], None] | None = None) -> dict:
     """{arm.key: generate_all-like dict}: tokens, steps and prompt_steps from the first pass; prompt_seconds, each
-    prompt's fastest pass; seconds and new_tokens over all prompts; tok_s = new_tokens / seconds. Prompt i is seeded
-    with seed + i in every arm and pass (the same draws as generate_all, so every pass decodes the same tokens)."""
+    prompt's fastest pass (prompt_prefill_seconds: that pass's prefill part); seconds and new_tokens over all
+    prompts; tok_s = new_tokens / seconds. Prompt i is seeded with seed + i in every arm and pass (the same draws as
+    generate_all, so every pass decodes the same tokens)."""
     if repeats < 1 or not arms or not prompts:
         raise ValueError("timed_interleaved needs arms, prompts and repeats >= 1.")
     if len({a.key for a in arms}) != len(arms):
@@ -59,6 +60,7 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
                    torch.Generator(device=device).manual_seed(seed), False)
     times = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
     lengths = {a.key: [[0] * len(prompts) for _ in range(repeats)] for a in arms}
+    prefills = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
     first = {a.key: {"tokens": [], "steps": [], "prompt_steps": [], "target_passes": []} for a in arms}
     for r in range(repeats):
         for i, prompt in enumerate(prompts):
@@ -66,6 +68,7 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
                 gen = arm.decode(target, prompt, max_new_tokens, params, eos_token_ids,
                                  torch.Generator(device=device).manual_seed(seed + i), arm.record_entropy and r == 0)
                 times[arm.key][r][i] = gen.prefill_s + gen.decode_s
+                prefills[arm.key][r][i] = gen.prefill_s
                 lengths[arm.key][r][i] = len(gen.tokens)
                 if r == 0:
                     first[arm.key]["tokens"].append(gen.tokens)
@@ -77,9 +80,11 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
     out = {}
     for arm in arms:
         t, n = times[arm.key], lengths[arm.key]
-        prompt_seconds = [min(t[r][i] for r in range(repeats)) for i in range(len(prompts))]
+        fastest = [min(range(repeats), key=lambda r: t[r][i]) for i in range(len(prompts))]
+        prompt_seconds = [t[r][i] for i, r in enumerate(fastest)]
         new_tokens = sum(map(len, first[arm.key]["tokens"]))
         out[arm.key] = {**first[arm.key], "prompt_seconds": prompt_seconds, "seconds": sum(prompt_seconds),
+                        "prompt_prefill_seconds": [prefills[arm.key][r][i] for i, r in enumerate(fastest)],
                         "new_tokens": new_tokens, "tok_s": new_tokens / sum(prompt_seconds),
                         "tok_s_passes": [sum(n[r]) / sum(t[r]) for r in range(repeats)]}
     return out

@@ -45,6 +45,14 @@ def test_results_json_schema_and_files(tmp_path, tiny_target_dir, tiny_draft_dir
         # the interval is a bootstrap of the same per-prompt times the point estimate sums
         per_prompt = [t / s for t, s in zip(r["per_prompt"]["target_s"], r["per_prompt"]["spec_s"])]
         assert min(per_prompt) - 1e-9 <= lo and hi <= max(per_prompt) + 1e-9
+        # the decode-phase speedup: the same sums with each prompt's prefill taken out of both times
+        pp = r["per_prompt"]
+        decode_t = sum(t - p for t, p in zip(pp["target_s"], pp["target_prefill_s"]))
+        decode_s = sum(t - p for t, p in zip(pp["spec_s"], pp["spec_prefill_s"]))
+        assert all(0 < p < t for t, p in zip(pp["spec_s"], pp["spec_prefill_s"]))
+        assert r["decode_speedup"] == pytest.approx((sum(pp["spec_tokens"]) / decode_s)
+                                                    / (sum(pp["target_tokens"]) / decode_t))
+        assert r["decode_speedup_ci"][0] <= r["decode_speedup"] <= r["decode_speedup_ci"][1]
         if r["temperature"] == 0:
             assert r["greedy_identical"] is True
         else:
@@ -386,6 +394,7 @@ def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_t
         assert r["gamma"] == "default" and math.isnan(r["alpha"]) and r["target_passes"] > 0
         assert 1 <= r["tau"] <= r["new_tokens"] and r["speedup_ci"][0] <= r["speedup"] <= r["speedup_ci"][1]
         assert r["greedy_identical"] is (True if r["temperature"] == 0 else None)
+        assert math.isnan(r["decode_speedup"])  # transformers' generate() does not split its prefill out
         assert r["target_tok_s"] == next(o["target_tok_s"] for o in records if o["proposer"] == "draft"
                                          and o["temperature"] == r["temperature"])  # one shared baseline
     saved = json.loads((tmp_path / "eval" / "results.json").read_text().replace("NaN", "null"))

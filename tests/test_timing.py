@@ -36,6 +36,19 @@ def test_arms_take_turns_in_a_rotating_order_and_times_are_per_prompt_medians(mo
         timing.timed_interleaved(None, arms + arms[:1], [[0]], 8)
 
 
+def test_each_prompt_keeps_the_prefill_of_its_fastest_pass(monkeypatch):
+    clock = iter([5.0, 3.0, 4.0, 9.0, 1.0, 2.0])  # decode seconds of: warm-up, then prompt 0 and 1 per pass
+
+    def fake_generate(target, proposer, prompt, gamma, max_new, params, eos, generator, record):
+        decode = next(clock)
+        return Generation([7], [], decode / 10, decode)  # prefill: a tenth of the decode time
+
+    monkeypatch.setattr(timing, "generate", fake_generate)
+    out = timing.timed_interleaved(None, [timing.Arm("a", "a", 0)], [[0], [1]], 8, repeats=2)["a"]
+    assert out["prompt_seconds"] == pytest.approx([1.1 * 3.0, 1.1 * 1.0])  # pass 1 for prompt 0, pass 2 for 1
+    assert out["prompt_prefill_seconds"] == pytest.approx([0.3, 0.1])
+
+
 def test_real_models_interleaved_equal_separate_runs():
     torch.manual_seed(0)
     target, draft = make_model(64, seed=1), make_model(64, layers=1, seed=2)
