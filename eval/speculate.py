@@ -84,8 +84,9 @@ def intervals(spec: dict, base: dict, level: float) -> dict:
 
 def decode_speedup(spec: dict, base: dict, level: float) -> dict:
     """The speedup of the decoding phase alone (each prompt's prefill taken out of both times: the target's, and the
-    draft's own when it reads the prompt) with its interval across prompts: what a longer answer tends to, since
-    prefill is paid once per prompt. nan where a run does not split its prefill out (transformers' generate)."""
+    draft's own pass over the prompt where the proposer reads it up front; the router reads it lazily, inside
+    decoding) with its interval across prompts: what a longer answer tends to, since prefill is paid once per
+    prompt. nan where a run does not split its prefill out (transformers' generate)."""
     base_pre, spec_pre = base.get("prompt_prefill_seconds"), spec.get("prompt_prefill_seconds")
     if not base_pre or not spec_pre:
         return {"decode_speedup": float("nan"), "decode_speedup_ci": [float("nan")] * 2}
