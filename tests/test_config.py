@@ -80,6 +80,15 @@ def test_every_experiment_composes(name):
         assert Path(cfg.data.sources[0].path).name == "code.jsonl"  # the quick recipe's answers
         assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path  # its head: the ids they use most
         check_config(cfg)
+    if name in ("eagle_general", "standalone_general"):  # the pair compared in docs/feature-drafts.md: the same
+        from train.distill import check_config           # answers (all 976 prompts, stores of their own), head ids
+
+        assert [Path(s.path).name for s in cfg.data.sources] == ["general-976.jsonl", "general-976-t1.jsonl"]
+        assert cfg.data.generate.n_prompts == 976
+        assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path
+        assert (cfg.model.draft.kind, cfg.teacher) == (
+            ("eagle", "cache") if name == "eagle_general" else ("truncated", "live"))
+        check_config(cfg)
 
 
 def test_study_arms_pin_their_data_whatever_the_default():
