@@ -29,6 +29,7 @@ from decode.compiled import compile_mode, compiled_decoding, run_length
 from decode.costs import decoding_context, measure_costs
 from data.token_ranking import head_ranking, rank_source, saved_ranking
 from decode.draft_vocab import restrict_vocab
+from decode.eagle_tree import EagleTreeProposer
 from decode.feature_decoding import MedusaTreeProposer, draft_proposer
 from decode.feature_drafts import is_feature_draft
 from decode.feature_export import feature_kind_of
@@ -411,8 +412,9 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
         return draft_proposer(draft, threshold)
     if kind == "heuristic":
         return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
-    if kind in TREES:  # Medusa heads grow their own tree (decode/feature_decoding.py)
-        make = MedusaTreeProposer if is_feature_draft(draft) else TreeProposer
+    if kind in TREES:  # feature drafts grow their own trees (decode/feature_decoding.py, decode/eagle_tree.py)
+        make = {"medusa": MedusaTreeProposer, "eagle": EagleTreeProposer}.get(getattr(draft, "draft_kind", None),
+                                                                             TreeProposer)
         if kind == "tree":
             return make(draft, branching=list(cfg.tree.branching))
         return make(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))
@@ -544,10 +546,10 @@ def check_eval_config(cfg: DictConfig) -> None:
         raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
     features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
     for name, kind in features.items():
-        allowed = {"draft", *TREES} if kind == "medusa" else {"draft"}
+        allowed = {"draft", *TREES}
         if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
-            raise ValueError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain"
-                             + (", or Medusa's token trees" if kind == "medusa" else "") + "), compile=false and no "
+            raise ValueError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain "
+                             "or token trees), compile=false and no "
                              f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
                              "(measure standalone drafts' other policies in another run).")
     if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
