@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from decode.feature_decoding import EagleProposer, FeatureTreeVerifier, _crop
+from decode.feature_decoding import EagleProposer, FeatureTreeShape, _crop
 from decode.feature_drafts import additive
-from decode.tree import GREEDY_ONLY, TreeDraft, choose_children, depths, tree_levels, tree_mask
+from decode.tree import GREEDY_ONLY, TreeDraft, choose_children, depths, tree_mask
 
 
 def slot_mask(parents: list[int], past: int, rows: slice) -> torch.Tensor:
@@ -32,21 +32,13 @@ def slot_mask(parents: list[int], past: int, rows: slice) -> torch.Tensor:
     return torch.cat([torch.ones(tree.shape[0], past, dtype=torch.bool), tree], dim=1)
 
 
-class EagleTreeProposer(EagleProposer):
+class EagleTreeProposer(FeatureTreeShape, EagleProposer):
     """EagleProposer drafting a token tree instead of a chain; `make_verifier` gives the tree verifier."""
 
     def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
                  top_k: int = 4):
         super().__init__(draft)
-        self.levels = tree_levels(branching, depth, width, top_k)
-
-    def make_verifier(self, target) -> FeatureTreeVerifier:
-        self.verifier = FeatureTreeVerifier(target)
-        return self.verifier
-
-    @property
-    def depth(self) -> int:
-        return len(self.levels)
+        self._set_levels(branching, depth, width, top_k)
 
     @torch.inference_mode()
     def propose(self, tokens, gamma, params, generator):

@@ -209,20 +209,12 @@ class FeatureTreeVerifier(TreeVerifier):
         self.features = self.features[: self.length]
 
 
-class MedusaTreeProposer(_FeatureProposer):
-    """Medusa heads as a token tree: depth k holds head k's candidates for the token k after the pending one, under
-    every node of depth k-1 (the heads read one feature, so the candidates are the same under each parent). Static:
-    `branching` (head k's top branching[k-1] under every node, as Medusa's trees); dynamic: `depth` levels of the
-    `width` paths with the highest product of head probabilities among each node's `top_k` children. Greedy only."""
+class FeatureTreeShape:
+    """What every feature draft's tree proposer shares: its levels (decode/tree.py's `tree_levels`), its depth, and
+    the feature-keeping tree verifier it brings."""
 
-    def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
-                 top_k: int = 4):
-        super().__init__(draft)
+    def _set_levels(self, branching, depth, width, top_k) -> None:
         self.levels = tree_levels(branching, depth, width, top_k)
-        if len(self.levels) > draft.num_heads:
-            raise ValueError(f"A Medusa tree is at most as deep as the draft's heads: {len(self.levels)} levels asked, "
-                             f"this draft has {draft.num_heads} heads. Fix: tree.branching with at most "
-                             f"{draft.num_heads} entries (static) or tree.depth={draft.num_heads} (dynamic).")
 
     def make_verifier(self, target) -> FeatureTreeVerifier:
         self.verifier = FeatureTreeVerifier(target)
@@ -231,6 +223,22 @@ class MedusaTreeProposer(_FeatureProposer):
     @property
     def depth(self) -> int:
         return len(self.levels)
+
+
+class MedusaTreeProposer(FeatureTreeShape, _FeatureProposer):
+    """Medusa heads as a token tree: depth k holds head k's candidates for the token k after the pending one, under
+    every node of depth k-1 (the heads read one feature, so the candidates are the same under each parent). Static:
+    `branching` (head k's top branching[k-1] under every node, as Medusa's trees); dynamic: `depth` levels of the
+    `width` paths with the highest product of head probabilities among each node's `top_k` children. Greedy only."""
+
+    def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
+                 top_k: int = 4):
+        super().__init__(draft)
+        self._set_levels(branching, depth, width, top_k)
+        if len(self.levels) > draft.num_heads:
+            raise ValueError(f"A Medusa tree is at most as deep as the draft's heads: {len(self.levels)} levels asked, "
+                             f"this draft has {draft.num_heads} heads. Fix: tree.branching with at most "
+                             f"{draft.num_heads} entries (static) or tree.depth={draft.num_heads} (dynamic).")
 
     @torch.inference_mode()
     def propose(self, tokens, gamma, params, generator):

@@ -5,26 +5,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import make_model
 from decode.eagle_tree import EagleTreeProposer, slot_mask
 from decode.feature_drafts import EagleDraft, final_hidden
 from decode.speculative import SamplingParams, generate
 from decode.tree import path_to
-
-VOCAB = 64
-
-
-@pytest.fixture(scope="module")
-def target():
-    return make_model(VOCAB, layers=2, hidden=32, init=0.2)
-
-
-def trained_like(draft, seed: int = 0):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    return draft.eval()
+from test_feature_drafts import VOCAB, target, trained_like  # noqa: F401 (target: the tiny target fixture)
 
 
 @torch.no_grad()
