@@ -83,7 +83,8 @@ def test_every_experiment_composes(name):
     if name in ("eagle_general", "standalone_general"):  # the pair compared in docs/feature-drafts.md: the same
         from train.distill import check_config           # answers (all 976 prompts, stores of their own), head ids
 
-        assert [Path(s.path).name for s in cfg.data.sources] == ["general-976.jsonl", "general-976-t1.jsonl"]
+        assert [Path(s.path).name for s in cfg.data.sources] == ["general-976.jsonl", "general-976-t1.jsonl",
+                                                                 "general-976-t1-s1.jsonl"]
         assert cfg.data.generate.n_prompts == 976
         assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path
         assert (cfg.model.draft.kind, cfg.teacher) == (
@@ -117,15 +118,24 @@ def test_study_arms_pin_the_learning_rate_they_were_measured_at():
 def test_all_domains_generates_every_store_it_reads():
     from train.distill import generated_stores
 
-    stores = {path.name: (t, domain) for path, t, domain in generated_stores(compose_distill(["+experiment=all_domains"]))}
+    stores = {path.name: (t, domain) for path, t, domain, _ in generated_stores(compose_distill(["+experiment=all_domains"]))}
     assert stores == {"general.jsonl": (0.0, "general"), "general-t1.jsonl": (1.0, "general"),
                       "medical.jsonl": (0.0, "medical"), "medical-t1.jsonl": (1.0, "medical"),
                       "code.jsonl": (0.0, "code"), "code-t1.jsonl": (1.0, "code")}
-    default = {path.name: (t, d) for path, t, d in generated_stores(compose_distill())}
+    default = {path.name: (t, d) for path, t, d, _ in generated_stores(compose_distill())}
     assert default == {"general.jsonl": (0.0, "general"), "general-t1.jsonl": (1.0, "general")}
     greedy_only = generated_stores(compose_distill(["data=generated_greedy"]))
-    assert [(p.name, t) for p, t, _ in greedy_only] == [("general.jsonl", 0.0)]
+    assert [(p.name, t) for p, t, _, _ in greedy_only] == [("general.jsonl", 0.0)]
     assert generated_stores(compose_distill(["data=medical"])) == []  # reference text: nothing to generate
+
+
+def test_a_second_sampled_store_of_the_same_prompts_gets_its_own_seed():
+    from train.distill import generated_stores
+
+    for experiment in ("eagle_general", "standalone_general"):
+        stores = {p.name: (t, seed) for p, t, _, seed in generated_stores(compose_distill([f"+experiment={experiment}"]))}
+        assert stores == {"general-976.jsonl": (0.0, 0), "general-976-t1.jsonl": (1.0, 0),
+                          "general-976-t1-s1.jsonl": (1.0, 1)}, experiment
 
 
 def test_spec_eval_prompts_come_from_the_runs_domains():

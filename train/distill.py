@@ -140,23 +140,26 @@ def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out) -> 
                            info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name}))
 
 
-def generated_stores(cfg: DictConfig) -> list[tuple[Path, float, str]]:
-    """data=generated: (store, temperature, prompts_from) for each answer store that the data's sources read:
+def generated_stores(cfg: DictConfig) -> list[tuple[Path, float, str, int]]:
+    """data=generated: (store, temperature, prompts_from, seed) for each answer store that the data's sources read:
     data.store and data.sampled_store (answers to data.prompts_from's prompts), and any `files` source that names
-    its own `prompts_from` (and `temperature`, default data.generate.temperature), as +experiment=all_domains does."""
+    its own `prompts_from` (and `temperature`, default data.generate.temperature; `seed`, default
+    data.generate.seed: a second sampled store of the same prompts needs a seed of its own to hold other answers),
+    as +experiment=all_domains and eagle_general do."""
     gen = cfg.data.get("generate")
     if not gen or not gen.enabled:
         return []
     files = [src for src in cfg.data.sources if src.get("kind") == "files"]
     read = {Path(src.path) for src in files}
-    found: dict[Path, tuple[float, str]] = {}
+    found: dict[Path, tuple[float, str, int]] = {}
     for path, t in ((cfg.data.store, gen.temperature), (cfg.data.get("sampled_store"), gen.get("sampled_temperature"))):
         if path and Path(path) in read:
-            found.setdefault(Path(path), (float(t), cfg.data.prompts_from))  # one path named twice: data.store's
+            found.setdefault(Path(path), (float(t), cfg.data.prompts_from, int(gen.seed)))  # named twice: data.store's
     for src in files:
         if src.get("prompts_from"):
-            found.setdefault(Path(src.path), (float(src.get("temperature", gen.temperature)), src.prompts_from))
-    return [(path, t, domain) for path, (t, domain) in found.items()]
+            found.setdefault(Path(src.path), (float(src.get("temperature", gen.temperature)), src.prompts_from,
+                                              int(src.get("seed", gen.seed))))
+    return [(path, t, domain, seed) for path, (t, domain, seed) in found.items()]
 
 
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
@@ -165,13 +168,13 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
     from train.teacher_data import generate_store, missing_prompts, store_settings
 
     gen = cfg.data.get("generate")
-    for store, temperature, domain in generated_stores(cfg):
+    for store, temperature, domain, seed in generated_stores(cfg):
         settings = OmegaConf.create({"target": cfg.model.target.name_or_path, "dtype": cfg.model.target.dtype,
                                      "cache_dir": cfg.paths.cache_dir, "prompts_from": domain,
                                      "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
                                      "max_new_tokens": gen.max_new_tokens, "temperature": temperature, "top_p": None,
-                                     "seed": gen.seed, "threads": None, "out": str(store)})
-        missing = missing_prompts(domain, gen.n_prompts, gen.seed, store)
+                                     "seed": seed, "threads": None, "out": str(store)})
+        missing = missing_prompts(domain, gen.n_prompts, seed, store)
         check_store_settings(store, store_settings(settings), adding=bool(missing))  # greedy, sampled never mix
         if not missing:
             continue
@@ -179,9 +182,9 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
             raise RuntimeError(f"{len(missing)} prompts are not answered yet in {store}, and this is not rank 0 (all "
                                "ranks start at once under torchrun/SLURM). Fix: run `python scripts/generate_data.py "
                                f"prompts_from={domain} n_prompts={gen.n_prompts} "
-                               f"temperature={temperature} out={store}` once, then launch.")
-        log.info("data=generated: the target answers %d %s prompts first (T=%g, resumable store %s)", len(missing),
-                 domain, temperature, store)
+                               f"temperature={temperature} seed={seed} out={store}` once, then launch.")
+        log.info("data=generated: the target answers %d %s prompts first (T=%g, seed %d, resumable store %s)",
+                 len(missing), domain, temperature, seed, store)
         generate_store(settings, target=target, tokenizer=tokenizer)
 
 
