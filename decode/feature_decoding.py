@@ -20,37 +20,44 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decode.feature_drafts import is_feature_draft
+from decode.eagle3 import layer_inputs
+from decode.feature_drafts import EAGLE_KINDS, is_feature_draft
 from decode.sampling import sample
 from decode.speculative import ChainVerifier, DraftModelProposer, draft_confidence
 from decode.tree import GREEDY_ONLY, TreeDraft, TreeVerifier, choose_children, full_mask, tree_levels, tree_positions
 
 
-class FeatureVerifier(ChainVerifier):
-    """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position."""
+def _feature_width(model, aux_layers) -> int:
+    hidden = model.get_output_embeddings().weight.shape[1]
+    return hidden * len(aux_layers) if aux_layers is not None else hidden
 
-    def __init__(self, target):
+
+class FeatureVerifier(ChainVerifier):
+    """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position, or
+    with `aux_layers` what enters those layers, concatenated (length, len(aux_layers) * H), as an EAGLE-3 draft
+    reads (decode/eagle3.py)."""
+
+    def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
-        self.features = None
+        self.features, self.aux_layers = None, aux_layers
 
     def start(self, prompt):
         self.lm.reset()
         if self.lm.static is not None:
             raise ValueError("Feature drafts (medusa, eagle) read the target's hidden states, which the compiled "
                              "static-cache path does not return. Fix: compile=false.")
-        hidden = self.lm.model.get_output_embeddings().weight.shape[1]
-        self.features = torch.empty(0, hidden, device=self.lm.model.device)
+        self.features = torch.empty(0, _feature_width(self.lm.model, self.aux_layers), device=self.lm.model.device)
         if len(prompt) > 1:
             self._extend(prompt[:-1], keep=1)
 
     @torch.inference_mode()
     def _extend(self, ids: list[int], keep: int) -> torch.Tensor:
         lm = self.lm
-        out = lm.model.get_decoder()(input_ids=torch.tensor([ids], device=lm.model.device), cache=lm.cache,
-                                     use_cache=True)
+        out, aux = layer_inputs(lm.model, torch.tensor([ids], device=lm.model.device), self.aux_layers,
+                                cache=lm.cache, use_cache=True)
         hidden = out.last_hidden_state[0]
         lm.length += len(ids)
-        self.features = torch.cat([self.features, hidden.float()])
+        self.features = torch.cat([self.features, (hidden if aux is None else aux[0]).float()])
         return lm.model.get_output_embeddings()(hidden[-keep:]).float()
 
     def score(self, tokens, drafted):
@@ -69,7 +76,7 @@ class _FeatureProposer:
         self.verifier: FeatureVerifier | None = None
 
     def make_verifier(self, target) -> FeatureVerifier:
-        self.verifier = FeatureVerifier(target)
+        self.verifier = FeatureVerifier(target, getattr(self.draft, "aux_layers", None))
         return self.verifier
 
     def _features(self) -> torch.Tensor:
@@ -135,7 +142,8 @@ class EagleProposer(_FeatureProposer):
             device = self.draft.device
             ids = torch.tensor([tokens[self.length + 1: m + 1]], device=device)
             positions = torch.arange(self.length, m, device=device)[None]
-            out = self.draft(features[self.length: m][None].to(device), ids, positions, cache=self.cache)
+            out = self.draft(self.draft.fuse(features[self.length: m][None].to(device)), ids, positions,
+                             cache=self.cache)
             self.length, self.last = m, out[:, -1:]
         return self.last if self.length == m else None
 
@@ -165,35 +173,36 @@ class EagleProposer(_FeatureProposer):
 
 
 class FeatureTreeVerifier(TreeVerifier):
-    """TreeVerifier keeping `features` (length, H): the target's final hidden state at each cached position. A tree
-    pass gives every node the hidden state a pass over its own path would (decode/tree.py's mask and positions), so
-    keeping the accepted path keeps exactly the features a chain over it would have left."""
+    """TreeVerifier keeping `features` (length, H) as FeatureVerifier does (final hidden states, or `aux_layers`'
+    inputs). A tree pass gives every node the hidden states a pass over its own path would (decode/tree.py's mask
+    and positions), so keeping the accepted path keeps exactly the features a chain over it would have left."""
 
-    def __init__(self, target):
+    def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
-        self.features, self._tree_hidden = None, None
+        self.features, self._tree_hidden, self.aux_layers = None, None, aux_layers
 
     def start(self, prompt):
-        hidden = self.model.get_output_embeddings().weight.shape[1]
-        self.features = torch.empty(0, hidden, device=self.model.device)
+        self.features = torch.empty(0, _feature_width(self.model, self.aux_layers), device=self.model.device)
         super().start(prompt)
 
-    def _hidden(self, ids: list[int], **kwargs) -> torch.Tensor:
-        out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.model.device), cache=self.cache,
-                                       use_cache=True, **kwargs)
-        return out.last_hidden_state[0]
+    def _hidden(self, ids: list[int], **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(final hidden states, the features kept) of one pass over `ids`."""
+        out, aux = layer_inputs(self.model, torch.tensor([ids], device=self.model.device), self.aux_layers,
+                                cache=self.cache, use_cache=True, **kwargs)
+        hidden = out.last_hidden_state[0]
+        return hidden, hidden if aux is None else aux[0]
 
     def _chain(self, ids, keep):
-        hidden = self._hidden(ids)
+        hidden, kept = self._hidden(ids)
         self.length += len(ids)
-        self.features = torch.cat([self.features, hidden.float()])
+        self.features = torch.cat([self.features, kept.float()])
         return self.model.get_output_embeddings()(hidden[-keep:]).float()
 
     def _tree_logits(self, tree):
         device, dtype = self.model.device, next(self.model.parameters()).dtype
-        hidden = self._hidden(tree.tokens, attention_mask=full_mask(tree.parents, self.length, dtype).to(device),
-                              position_ids=tree_positions(tree.parents, self.length).to(device)[None])
-        self._tree_hidden = hidden.float()
+        hidden, kept = self._hidden(tree.tokens, attention_mask=full_mask(tree.parents, self.length, dtype).to(device),
+                                    position_ids=tree_positions(tree.parents, self.length).to(device)[None])
+        self._tree_hidden = kept.float()
         return self.model.get_output_embeddings()(hidden).float()
 
     @torch.inference_mode()
@@ -217,7 +226,7 @@ class FeatureTreeShape:
         self.levels = tree_levels(branching, depth, width, top_k)
 
     def make_verifier(self, target) -> FeatureTreeVerifier:
-        self.verifier = FeatureTreeVerifier(target)
+        self.verifier = FeatureTreeVerifier(target, getattr(self.draft, "aux_layers", None))
         return self.verifier
 
     @property
@@ -274,12 +283,13 @@ def draft_proposer(draft, confidence_threshold: float = 0.0, stop_rule=None):
     if stop_rule is not None:
         raise ValueError("Predicted gamma (proposers=[predicted]) is built for standalone drafts, not for "
                          f"{draft.draft_kind} drafts. Fix: proposers=[draft].")
-    return (EagleProposer if draft.draft_kind == "eagle" else MedusaProposer)(draft, confidence_threshold)
+    return (EagleProposer if draft.draft_kind in EAGLE_KINDS else MedusaProposer)(draft, confidence_threshold)
 
 
 def step_timer(draft, context_len: int):
     """A callable running one draft step of a feature draft after `context_len` cached slots (the cost model's
-    draft step): one Medusa head, or one EAGLE slot (its KV cache cropped back after each call)."""
+    draft step): one Medusa head, or one EAGLE slot (its KV cache cropped back after each call; an EAGLE-3
+    draft's `fc`, which only the true features pass, is not counted)."""
     device = draft.device
     dtype = next(draft.parameters()).dtype
     feature = torch.zeros(1, 1, draft.hidden_size, device=device, dtype=dtype)

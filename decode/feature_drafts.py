@@ -26,7 +26,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-FEATURE_KINDS = ("medusa", "eagle")
+FEATURE_KINDS = ("medusa", "eagle", "eagle3")
+EAGLE_KINDS = ("eagle", "eagle3")  # autoregressive over their own outputs: one proposer, one tree proposer
 
 
 def is_feature_draft(model) -> bool:
@@ -152,6 +153,7 @@ def one_layer_config(target_config):
 
 class EagleDraft(FeatureDraft):
     draft_kind = "eagle"
+    aux_layers = None  # reads the target's final hidden states (decode/eagle3.py reads some layers' inputs)
 
     def __init__(self, layer_config):
         super().__init__()
@@ -196,6 +198,10 @@ class EagleDraft(FeatureDraft):
                                 position_embeddings=self.rotary_emb(x, positions), cache=cache,
                                 use_cache=cache is not None)
 
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's features as a slot reads them: as they are (decode/eagle3.py's maps several layers' to one)."""
+        return features
+
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         return self.get_output_embeddings()(self.pre_lm_head_layernorm(predicted))
 
@@ -209,12 +215,16 @@ def feature_draft_from_config(config: dict) -> FeatureDraft:
     config = dict(config)
     if config.get("draft_kind") == "medusa":
         return MedusaHeads(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_layers"])
-    if config.get("draft_kind") == "eagle":
+    if config.get("draft_kind") in EAGLE_KINDS:
         from transformers import AutoConfig
 
         layer = dict(config["layer_config"])
         layer_config = AutoConfig.for_model(layer.pop("model_type"), **layer)
         layer_config._attn_implementation = "sdpa"
+        if config["draft_kind"] == "eagle3":
+            from decode.eagle3 import Eagle3Draft
+
+            return Eagle3Draft(layer_config, config["aux_layers"])
         return EagleDraft(layer_config)
     raise ValueError(f"Not a feature draft config (draft_kind must be one of {FEATURE_KINDS}): {config.get('draft_kind')}")
 

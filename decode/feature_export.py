@@ -4,6 +4,10 @@
   `layernorms: true`, `transformer_layer_config` = the target's config cut to one layer, `speculators_config` naming
   the verifier); weights `embedding_layernorm`, `fusion_fc`, `transformer.*`, `pre_lm_head_layernorm`. The target's
   embeddings and LM head are not stored: the engine (and `load_feature_draft`) takes them from the verifier.
+- eagle3: the `speculators` EAGLE-3 layout (`speculators_model_type: eagle3`, `eagle_aux_hidden_state_layer_ids`,
+  `draft_vocab_size`); weights `fc`, `layers.0.*` (q/k/v 2H wide, `hidden_norm`), `norm`, and the head over the draft
+  vocabulary: `lm_head` (the target's rows for the kept ids), `d2t` (draft id -> target id minus draft id) and `t2d`
+  (which target ids the draft has), as speculators and vLLM read them. The embeddings come from the verifier.
 - medusa: vLLM's Medusa layout (`model_type: medusa`, `num_heads`, `num_hidden_layers`, weights
   `blocks.{i}.layers.{j}.weight/bias`), with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`,
   `base_model_name_or_path`). Heads share the target's LM head (`original_lm_head: true`): no `lm_heads` stored.
@@ -11,6 +15,8 @@
 Every folder also carries `draftsmith.json` (`draft_kind`, `draft_config`: what rebuilds the module here).
 
     write_feature_weights(draft, folder, target_name, gamma=3); draft = load_feature_draft(folder, target)
+
+An EAGLE-3 draft's export needs the target's LM head (`head`) and the kept ids (`kept`, None: every id).
 """
 
 from __future__ import annotations
@@ -25,6 +31,18 @@ from safetensors.torch import load_file, save_file
 from decode.feature_drafts import FEATURE_KINDS, feature_draft_from_config
 
 _MEDUSA_OURS = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.linear\.")  # ours: ResBlock.linear; vLLM's: the Linear
+DRAFT_HEAD_KEYS = ("lm_head.weight", "d2t", "t2d")  # eagle3: derived from the target's head and the kept ids
+
+
+def draft_head_state(head_weight: torch.Tensor, kept: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """speculators' draft-vocabulary head: the target's LM head rows for `kept` (sorted target ids; None: all),
+    d2t[i] = kept[i] - i and t2d = which target ids are kept. Pure."""
+    vocab = head_weight.shape[0]
+    kept = torch.arange(vocab) if kept is None else torch.as_tensor(kept, dtype=torch.long).sort().values
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[kept] = True
+    return {"lm_head.weight": head_weight.detach()[kept].contiguous().clone(),
+            "d2t": (kept - torch.arange(len(kept))).contiguous(), "t2d": t2d}
 
 
 def serving_state(draft) -> dict[str, torch.Tensor]:
@@ -35,7 +53,15 @@ def serving_state(draft) -> dict[str, torch.Tensor]:
     return state
 
 
-def serving_config(draft, target_name: str, target_architectures: list[str], gamma: int = 3) -> dict:
+def _speculators_config(algorithm: str, target_name: str, target_architectures: list[str], gamma: int) -> dict:
+    return {"algorithm": algorithm, "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": gamma, "verifier_accept_k": 1,
+                                  "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": target_name, "architectures": list(target_architectures)}}
+
+
+def serving_config(draft, target_name: str, target_architectures: list[str], gamma: int = 3,
+                   draft_vocab_size: int | None = None) -> dict:
     """config.json of the serving layout for `draft`, measured against `target_name`."""
     if draft.draft_kind == "medusa":
         return {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": draft.hidden_size,
@@ -45,6 +71,12 @@ def serving_config(draft, target_name: str, target_architectures: list[str], gam
                 "base_model_name_or_path": target_name}
     layer = draft.layer_config.to_dict()
     layer.pop("_attn_implementation", None)
+    if draft.draft_kind == "eagle3":
+        return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+                "transformer_layer_config": layer, "draft_vocab_size": int(draft_vocab_size or draft.vocab_size),
+                "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
+                "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(draft.aux_layers),
+                "speculators_config": _speculators_config("eagle3", target_name, target_architectures, gamma)}
     layer_cls = type(draft.transformer).__name__
     return {"architectures": ["EagleSpeculator"], "speculators_model_type": "eagle",
             "transformer_layer_architecture": layer_cls, "transformer_layer_config": layer,
@@ -57,14 +89,25 @@ def serving_config(draft, target_name: str, target_architectures: list[str], gam
 
 
 def write_feature_weights(draft, folder, target_name: str, target_architectures=(), gamma: int = 3,
-                          dtype: str | None = None) -> None:
-    """config.json and model.safetensors of `draft` into an existing `folder`."""
+                          dtype: str | None = None, head: torch.Tensor | None = None,
+                          kept: torch.Tensor | None = None) -> None:
+    """config.json and model.safetensors of `draft` into an existing `folder` (an EAGLE-3 draft: with the head over
+    the `kept` ids of `head`, the target's LM head weight, by default the one it is attached to)."""
     folder = Path(folder)
     state = serving_state(draft)
+    vocab_size = None
+    if draft.draft_kind == "eagle3":
+        if head is None:
+            head = draft.get_output_embeddings().weight if draft.get_output_embeddings() is not None else None
+        if head is None:
+            raise ValueError("An EAGLE-3 export stores the head over its draft vocabulary, taken from the target's LM "
+                             "head: pass head= (the target's) or attach the draft to its target first.")
+        state.update(draft_head_state(head, kept))
+        vocab_size = len(state["d2t"])
     if dtype:
-        state = {k: v.to(getattr(torch, dtype)) for k, v in state.items()}
+        state = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in state.items()}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    config = serving_config(draft, target_name, list(target_architectures), gamma)
+    config = serving_config(draft, target_name, list(target_architectures), gamma, vocab_size)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
@@ -85,6 +128,7 @@ def load_feature_draft(folder, target, dtype: torch.dtype | None = None):
     state = load_file(str(folder / "model.safetensors"))
     if draft.draft_kind == "medusa":
         state = {re.sub(r"^blocks\.(\d+)\.layers\.(\d+)\.", r"blocks.\1.layers.\2.linear.", k): v for k, v in state.items()}
+    state = {k: v for k, v in state.items() if k not in DRAFT_HEAD_KEYS}  # decoding shares the target's head
     dtype = dtype or target.get_output_embeddings().weight.dtype
     draft.load_state_dict(state, strict=True)
     return draft.to(dtype=dtype, device=target.get_output_embeddings().weight.device).attach(target).eval()

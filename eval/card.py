@@ -196,6 +196,8 @@ def render(info: dict, name: str) -> str:
 
 FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over the target's last hidden states, in the "
                            "`speculators` layout (`speculators_model_type: eagle`)", "eagle"),
+                 "eagle3": ("an EAGLE-3 draft: one decoder layer over the inputs of a few of the target's layers, in the "
+                            "`speculators` layout (`speculators_model_type: eagle3`)", "eagle3"),
                  "medusa": ("Medusa heads on the target's last hidden state, in vLLM's Medusa layout", "medusa")}
 
 
@@ -212,10 +214,10 @@ def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target:
               "```python", "from vllm import LLM",
               f'llm = LLM(model="{serving_target}", speculative_config={{"method": "{method}",',
               f'          "model": "<path to this folder>", "num_speculative_tokens": {gamma}}})', "```", ""]
-    if kind == "eagle":
-        lines += ["SGLang (EAGLE; not run here):", "", "```bash",
+    if kind in ("eagle", "eagle3"):
+        lines += [f"SGLang ({kind.upper()}; not run here):", "", "```bash",
                   f"python -m sglang.launch_server --model-path {serving_target} \\",
-                  "  --speculative-algorithm EAGLE --speculative-draft-model-path <path to this folder> \\",
+                  f"  --speculative-algorithm {kind.upper()} --speculative-draft-model-path <path to this folder> \\",
                   f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
                   "```", ""]
     return lines

@@ -413,8 +413,8 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
     if kind == "heuristic":
         return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
     if kind in TREES:  # feature drafts grow their own trees (decode/feature_decoding.py, decode/eagle_tree.py)
-        make = {"medusa": MedusaTreeProposer, "eagle": EagleTreeProposer}.get(getattr(draft, "draft_kind", None),
-                                                                             TreeProposer)
+        make = {"medusa": MedusaTreeProposer, "eagle": EagleTreeProposer, "eagle3": EagleTreeProposer}.get(
+            getattr(draft, "draft_kind", None), TreeProposer)
         if kind == "tree":
             return make(draft, branching=list(cfg.tree.branching))
         return make(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from data.token_ranking import rank_labels, rank_source
+from decode.feature_drafts import FEATURE_KINDS, is_feature_draft
 from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.runtime import peak_rss_gb, setup_cpu
 from eval.provenance import provenance
@@ -60,7 +61,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(f"loss.ce_weight must be in [0, 1], got {cfg.loss.ce_weight}.")
     if cfg.teacher not in ("live", "cache"):
         raise ValueError(f"teacher must be live or cache, got '{cfg.teacher}'.")
-    top_k_cache = cfg.teacher == "cache" and cfg.model.draft.kind not in ("medusa", "eagle")  # feature caches: any loss
+    top_k_cache = cfg.teacher == "cache" and cfg.model.draft.kind not in FEATURE_KINDS  # feature caches: any loss
     if top_k_cache and (cfg.loss.name not in ("forward_kl", "cross_entropy") or cfg.loss.temperature != 1):
         raise ValueError("teacher=cache stores the target's top-k at temperature 1: it supports loss=forward_kl (sparse "
                          "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: add loss=forward_kl "
@@ -99,27 +100,32 @@ def check_config(cfg: DictConfig) -> None:
                               "or export.overwrite=true.")
 
 
-def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=None) -> str | None:
+def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=None,
+                          aux_layers: list[int] | None = None) -> str | None:
     """teacher=cache: the folder scripts/cache_teacher.py wrote for this target and these data settings; for a feature
-    draft, the target's feature cache, built here first (resumable) when it is missing."""
+    draft, the target's feature cache (with `aux_layers`' inputs for an EAGLE-3 draft), built here first (resumable)
+    when it is missing."""
     if cfg.teacher != "cache":
         return None
-    from train.teacher_cache import DONE, cache_kind, default_cache_path
+    from train.teacher_cache import DONE, cache_aux_layers, cache_kind, default_cache_path
 
-    feature = cfg.model.draft.kind in ("medusa", "eagle")
+    feature = cfg.model.draft.kind in FEATURE_KINDS
     if cfg.teacher_cache:
         path = Path(str(cfg.teacher_cache)).expanduser()
         if (path / DONE).is_file() and (cache_kind(path) == "features") != feature:
             raise ValueError(f"teacher_cache={path} holds the target's {cache_kind(path)}, but a "
                              f"{'feature' if feature else 'standalone'} draft trains from its "
                              f"{'features' if feature else 'top-k'}. Fix: teacher_cache=null (the default cache).")
+        if aux_layers and (path / DONE).is_file() and cache_aux_layers(path) != list(aux_layers):
+            raise ValueError(f"teacher_cache={path} holds the inputs of target layers {cache_aux_layers(path)}, this "
+                             f"draft reads layers {list(aux_layers)}. Fix: teacher_cache=null (the default cache).")
         if not feature or (path / DONE).is_file():
             return str(path)
     dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg))
     data_name = dm.cache_path.name
     if feature:
         return build_feature_cache(cfg, dm, target, cfg.teacher_cache or default_cache_path(
-            cfg.paths.cache_dir, cfg.model.target.slug, data_name, None))
+            cfg.paths.cache_dir, cfg.model.target.slug, data_name, None, aux_layers), aux_layers)
     base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
     found = sorted(base.glob(f"{data_name}-k*/{DONE}"))
     if not found:
@@ -128,8 +134,9 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     return str(found[-1].parent)
 
 
-def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out) -> str:
-    """The target's final hidden states over the very blocks training reads (train/teacher_cache.py), once."""
+def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None) -> str:
+    """The target's final hidden states (and `aux_layers`' inputs) over the very blocks training reads
+    (train/teacher_cache.py), once."""
     from train.teacher_cache import DONE, build_cache
 
     if not (Path(out) / DONE).is_file():
@@ -137,7 +144,8 @@ def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out) -> 
         log.info("teacher=cache: caching %s's features over %d train + %d val blocks (once, resumable) -> %s",
                  cfg.model.target.name_or_path, len(dm.train_set), len(dm.val_set), out)
     return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, out, None, cfg.cache_batch_size,
-                           info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name}))
+                           info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name},
+                           aux_layers=aux_layers))
 
 
 def generated_stores(cfg: DictConfig) -> list[tuple[Path, float, str, int]]:
@@ -189,9 +197,9 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
 
 
 def check_feature_draft(cfg: DictConfig) -> None:
-    """Medusa heads and the EAGLE-style draft read the live target's hidden states and share its embeddings/head."""
+    """Medusa heads and the EAGLE-style drafts read the live target's hidden states and share its embeddings/head."""
     d = cfg.model.draft
-    if d.kind not in ("medusa", "eagle"):
+    if d.kind not in FEATURE_KINDS:
         return
     fixes = {"onpolicy.fraction=0": cfg.onpolicy.fraction > 0, "lora.enabled=false": cfg.lora.enabled}
     wrong = [fix for fix, bad in fixes.items() if bad]
@@ -254,7 +262,7 @@ def build_models(cfg: DictConfig):
                         copy_embeddings=d.get("copy_embeddings", True), name_or_path=d.get("name_or_path"),
                         train_embeddings=d.train_embeddings, dtype=d.dtype, cache_dir=cache, seed=cfg.seed,
                         source=d.get("source"), num_heads=d.get("num_heads", 3), num_layers=d.get("num_layers", 1),
-                        init_layer=d.get("init_layer", -1))
+                        init_layer=d.get("init_layer", -1), aux_layers=d.get("aux_layers"))
     check_same_vocab(tokenizer, draft_tokenizer, target, draft, t.name_or_path, f"draft ({d.kind})")
     if cfg.lora.enabled:  # e.g. a general draft adapted to a domain: only the adapters train
         draft = add_lora(draft, lora_settings(cfg.lora))
@@ -345,7 +353,7 @@ def train(cfg: DictConfig) -> dict:
     ranking, ranked_from = (None, None) if ranks_data else train_vocab_ranking(cfg, None, tokenizer, draft)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     cache_started = time.time()
-    teacher_cache = resolve_teacher_cache(cfg, data_cfg, tokenizer, target)
+    teacher_cache = resolve_teacher_cache(cfg, data_cfg, tokenizer, target, getattr(draft, "aux_layers", None))
     cache_seconds = round(time.time() - cache_started, 1)  # building a feature cache happens here, once
     datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg), teacher_cache=teacher_cache)
     run_name, tags = run_name_and_tags(cfg, draft)
@@ -428,7 +436,8 @@ def train(cfg: DictConfig) -> dict:
                         "provenance": provenance(str(cfg.model.target.name_or_path))}] if from_last and spec_eval and spec_eval.last else []
         summary["export"] = str(Path(cfg.export.dir).resolve())
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
-                          extra_info={"val": after if from_last else None, "evaluations": evaluations})
+                          extra_info={"val": after if from_last else None, "evaluations": evaluations},
+                          head=draft.get_output_embeddings().weight if is_feature_draft(draft) else None)  # the target's
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     finish_wandb(loggers, summary)
 
@@ -439,7 +448,7 @@ def train(cfg: DictConfig) -> dict:
     log.info("checkpoint: %s", last)
     if "export" in summary:
         log.info("export:     %s  (%s)", summary["export"], "a feature draft: eval/speculate.py and serving engines "
-                 "load it next to its target" if cfg.model.draft.kind in ("medusa", "eagle")
+                 "load it next to its target" if cfg.model.draft.kind in FEATURE_KINDS
                  else "load with AutoModelForCausalLM.from_pretrained")
         if spec_eval is None:  # nothing decoded during training: say how to measure the export
             log.info("next:       python eval/speculate.py target=%s drafts=[%s] update_card=true  (alpha, speedup; "

@@ -14,7 +14,8 @@ import re
 import torch
 from transformers import AutoModelForCausalLM
 
-from decode.feature_drafts import EagleDraft, MedusaHeads
+from decode.eagle3 import Eagle3Draft
+from decode.feature_drafts import FEATURE_KINDS, EagleDraft, MedusaHeads
 from decode.loading import DTYPES, load_causal_lm
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
@@ -77,15 +78,22 @@ def fresh_draft(target, overrides: dict, copy_embeddings: bool = True, dtype: st
 def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings: bool = True,
                 name_or_path: str | None = None, train_embeddings: bool = True, dtype: str = "float32",
                 cache_dir=None, seed: int = 0, source: str | None = None, num_heads: int = 3, num_layers: int = 1,
-                init_layer: int | None = -1):
-    """Dispatch on `kind` (truncated | fresh | pretrained | medusa | eagle); optionally freeze the (tied) embeddings.
+                init_layer: int | None = -1, aux_layers: list[int] | None = None):
+    """Dispatch on `kind` (truncated | fresh | pretrained | medusa | eagle | eagle3); optionally freeze the (tied)
+    embeddings.
     kind=truncated cuts `source` (a folder, Hub id or embedded: name of a smaller model with the target's
     vocabulary) when given, else the target itself. Feature drafts share the target's embeddings and head (frozen):
-    medusa has `num_heads` heads of `num_layers` residual blocks; eagle's layer starts as the target's `init_layer`."""
-    if kind in ("medusa", "eagle"):
+    medusa has `num_heads` heads of `num_layers` residual blocks; eagle's layer starts as the target's `init_layer`;
+    eagle3 reads the inputs of the target's `aux_layers` (None: EAGLE-3's choice) and starts as the last of them
+    unless `init_layer` is None."""
+    if kind in FEATURE_KINDS:
         torch.manual_seed(seed)
-        draft = (MedusaHeads.from_target(target, num_heads, num_layers) if kind == "medusa"
-                 else EagleDraft.from_target(target, init_layer))
+        if kind == "medusa":
+            draft = MedusaHeads.from_target(target, num_heads, num_layers)
+        elif kind == "eagle":
+            draft = EagleDraft.from_target(target, init_layer)
+        else:
+            draft = Eagle3Draft.from_target(target, list(aux_layers) if aux_layers is not None else None, init_layer)
         return draft.to(DTYPES[dtype]).train()
     if kind == "truncated":
         donor = load_causal_lm(source, dtype="float32", cache_dir=cache_dir) if source else target
@@ -98,7 +106,7 @@ def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings:
             raise ValueError("model.draft.kind=pretrained needs model.draft.name_or_path (a folder or Hub id).")
         draft = load_causal_lm(name_or_path, dtype=dtype, cache_dir=cache_dir)
     else:
-        raise ValueError(f"model.draft.kind must be truncated, fresh, pretrained, medusa or eagle, got '{kind}'.")
+        raise ValueError(f"model.draft.kind must be truncated, fresh, pretrained, medusa, eagle or eagle3, got '{kind}'.")
     draft.train()
     if not train_embeddings:
         draft.get_input_embeddings().requires_grad_(False)

@@ -82,9 +82,11 @@ def draft_from_checkpoint(ckpt: dict):
 
 def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.PathLike, *,
                     overwrite: bool = False, info: dict | None = None, dtype: str | None = None,
-                    draft_vocab: dict | None = None) -> Path:
+                    draft_vocab: dict | None = None, head: torch.Tensor | None = None,
+                    kept: torch.Tensor | None = None) -> Path:
     """Write model + tokenizer files into `out_dir` atomically (a temp folder renamed into place); `draft_vocab`
-    (size, from, ranking: model.draft.train_vocab_from) goes in as draft_vocab.json."""
+    (size, from, ranking: model.draft.train_vocab_from) goes in as draft_vocab.json. `head`: the target's LM head
+    weight, which an EAGLE-3 export cuts to the `kept` ids (None: all)."""
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"Export folder {out} already exists. Fix: choose another export.dir, "
@@ -95,7 +97,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
         if is_feature_draft(model):  # the serving layout (decode/feature_export.py); the target's head is not stored
             info = {**(info or {}), "draft_kind": model.draft_kind, "draft_config": model.config_dict()}
             write_feature_weights(model, tmp, str(info.get("target")), info.get("target_architectures") or (),
-                                  dtype=dtype)
+                                  dtype=dtype, head=head, kept=kept)
         else:
             if dtype:
                 model = model.to(getattr(torch, dtype))
@@ -119,11 +121,42 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     return out
 
 
+def _export_kept_ids(vocab_size: int, meta: dict):
+    """An EAGLE-3 export's draft vocabulary: the ids decoding keeps (decode/draft_vocab.py `kept_ids` over the saved
+    ranking, plus the end-of-sequence ids), or None (every id) for a draft trained over the full vocabulary."""
+    draft_vocab = meta.get("draft_vocab")
+    if not draft_vocab:
+        return None
+    from decode.draft_vocab import kept_ids
+
+    eos = (meta.get("generation_config") or {}).get("eos_token_id")
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return kept_ids(vocab_size, int(draft_vocab["size"]), eos, draft_vocab.get("ranking"))
+
+
+def _target_head(meta: dict) -> torch.Tensor:
+    """The LM head weight of the target a checkpoint was trained against (loaded for an EAGLE-3 export)."""
+    from decode.loading import load_frozen
+
+    cache_dir = ((meta.get("config") or {}).get("paths") or {}).get("cache_dir")
+    target = load_frozen(meta["target"], dtype="float32", **({"cache_dir": cache_dir} if cache_dir else {}))
+    return target.get_output_embeddings().weight.detach()
+
+
 def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
-                      dtype: str | None = None, extra_info: dict | None = None) -> Path:
+                      dtype: str | None = None, extra_info: dict | None = None,
+                      head: torch.Tensor | None = None) -> Path:
+    """The checkpoint's draft as an export folder. An EAGLE-3 draft's export cuts `head`, the target's LM head
+    weight, to its draft vocabulary (None: loaded from the target the checkpoint names)."""
     ckpt = read_checkpoint(ckpt_path)
     meta = ckpt[_META]
     model = draft_from_checkpoint(ckpt)
+    kept = None
+    if getattr(model, "draft_kind", None) == "eagle3":
+        head = head.detach() if head is not None else _target_head(meta)
+        kept = _export_kept_ids(head.shape[0], meta)
+    else:
+        head = None
     cfg = meta.get("config") or {}
     training = {"loss": (cfg.get("loss") or {}).get("name"), "data": (cfg.get("data") or {}).get("name"),
                 "steps": ckpt.get("global_step"), "lora": bool(meta.get("lora"))}
@@ -131,7 +164,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
             "target_architectures": meta.get("target_architectures"), "run_name": meta.get("run_name"),
             "global_step": ckpt.get("global_step"), "training": training, **(extra_info or {})}
     return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info,
-                           dtype=dtype, draft_vocab=meta.get("draft_vocab"))
+                           dtype=dtype, draft_vocab=meta.get("draft_vocab"), head=head, kept=kept)
 
 
 def tokenizer_files(tokenizer) -> dict[str, bytes]:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decode.feature_drafts import additive, final_hidden, unroll_allowed
+from decode.eagle3 import layer_inputs
+from decode.feature_drafts import additive, unroll_allowed
 from train.losses import chunked_distill, loss_mask, own_precision
-from train.teacher_cache import FEATURES
+from train.teacher_cache import AUX_FEATURES, FEATURES
 from train.train_vocab import remap
 
 
@@ -42,28 +43,32 @@ def eagle_unroll(draft, features: torch.Tensor, input_ids: torch.Tensor, steps: 
     """Per depth s = 1..steps, the draft's predicted features (B, T-1, H) over slots 0..T-2 (slot i: feature i,
     token i+1), depth s reading depth s-1's prediction for its feature. The depths share one KV cache, as the stacked
     sequence of `unroll_allowed`: depth s's slots attend to the keys of depths 1..s (autograd flows through the
-    cached keys and values), so each depth runs the layer over its own T-1 slots only."""
-    batch, length, hidden = features.shape
+    cached keys and values), so each depth runs the layer over its own T-1 slots only. `features` are what the
+    draft reads (`fuse`d first: an EAGLE-3 draft's several layers' inputs)."""
+    batch, length, _ = features.shape
     n = length - 1
     ids = input_ids[:, 1:]
     positions = torch.arange(n, device=features.device)[None].expand(batch, -1)
     allowed = unroll_allowed(n, steps).to(features.device)
     cache = DynamicCache(config=draft.layer_config)
-    current, outs = features[:, :n], []
+    current, outs = draft.fuse(features[:, :n]), []
     for s in range(1, steps + 1):
         mask = additive(allowed[(s - 1) * n: s * n, : s * n], features.dtype)
         out = draft(current, ids, positions, mask, cache=cache)
         outs.append(out)
-        current = torch.cat([out.new_zeros(batch, 1, hidden), out[:, :-1]], dim=1)  # slot i reads slot i-1's guess
+        current = torch.cat([out.new_zeros(batch, 1, out.shape[-1]), out[:, :-1]], dim=1)  # slot i: slot i-1's guess
     return outs
 
 
-def eagle_pairs(draft, features: torch.Tensor, labels: torch.Tensor, input_ids: torch.Tensor, steps: int) -> list:
-    """Per depth: (normed predicted features, the target's features at slot+1, mask, next data tokens)."""
+def eagle_pairs(draft, features: torch.Tensor, labels: torch.Tensor, input_ids: torch.Tensor, steps: int,
+                inputs: torch.Tensor | None = None) -> list:
+    """Per depth: (normed predicted features, the target's features at slot+1, mask, next data tokens). `inputs`:
+    what the draft reads when it is not the final features (an EAGLE-3 draft's layer inputs)."""
     mask, nxt = loss_mask(labels)[:, 1:], torch.roll(labels, -1, dims=1)[:, 1:]
     slot = torch.arange(mask.shape[1], device=mask.device)[None]
-    return [(draft.pre_lm_head_layernorm(out), features[:, 1:], mask & (slot >= s), nxt)
-            for s, out in enumerate(eagle_unroll(draft, features, input_ids, steps))]
+    unrolled = eagle_unroll(draft, features if inputs is None else inputs, input_ids, steps)
+    norm = draft.norm if draft.draft_kind == "eagle3" else draft.pre_lm_head_layernorm
+    return [(norm(out), features[:, 1:], mask & (slot >= s), nxt) for s, out in enumerate(unrolled)]
 
 
 def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, chunk_size: int, ce_weight: float,
@@ -72,16 +77,23 @@ def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, 
     "top1_agree", "expected_accept" and "top1_agree_k" per k. `kept` = (ids, the frozen head over them)
     (model.draft.train_vocab, train/train_vocab.py): training scores only those ids, for draft and target alike
     (they share the head), at positions whose next token is kept; validation (metrics) scores the full head."""
+    aux_layers, dtype = getattr(draft, "aux_layers", None), draft.get_output_embeddings().weight.dtype
     if FEATURES in batch:  # teacher=cache: the target's features were cached once (train/teacher_cache.py)
-        features = batch[FEATURES].to(draft.get_output_embeddings().weight.dtype)
+        features, aux = batch[FEATURES].to(dtype), batch.get(AUX_FEATURES)
+        if aux_layers is not None and aux is None:
+            raise ValueError("This feature cache holds no layer inputs, which an EAGLE-3 draft reads. Fix: "
+                             "teacher_cache=null (the default cache for this draft is built with them).")
+        aux = aux.to(dtype) if aux_layers is not None else None
     else:
         with torch.no_grad(), own_precision(batch["input_ids"]):  # the target ignores bf16-mixed autocast
-            features = final_hidden(target, batch["input_ids"], batch["attention_mask"])
+            out, aux = layer_inputs(target, batch["input_ids"], aux_layers, attention_mask=batch["attention_mask"],
+                                    use_cache=False)
+            features = out.last_hidden_state
     labels = batch["labels"]
     if draft.draft_kind == "medusa":
         pairs = medusa_pairs(draft, features, labels)
     else:
-        pairs = eagle_pairs(draft, features, labels, batch["input_ids"], steps)
+        pairs = eagle_pairs(draft, features, labels, batch["input_ids"], steps, inputs=aux)
     head = full_head = draft.get_output_embeddings()  # the target's own head, which the draft shares
     if kept is not None and not metrics:
         ids, head = kept

@@ -5,8 +5,10 @@ bucket, which is exact for the top-k tokens and lumps the rest of the vocabulary
 
 Feature drafts (Medusa heads, the EAGLE-style draft) read the target's final hidden states instead: a *feature
 cache* (`features_of_target`, top_k=None) keeps them per token in float16 (hidden size x 2 bytes per token), and the
-teacher's logits come back exactly from them through the target's LM head, which the draft holds anyway. Training
-then runs no target forward pass (train/distill.py builds this cache itself when `teacher=cache`).
+teacher's logits come back exactly from them through the target's LM head, which the draft holds anyway. An EAGLE-3
+draft also reads what enters a few of the target's layers (`aux_layers`): the cache keeps those too (hidden size x 2
+bytes per token and layer more). Training then runs no target forward pass (train/distill.py builds this cache
+itself when `teacher=cache`).
 
 Stored with `datasets` as Arrow shards of `shard_blocks` blocks, each written atomically, so an interrupted
 caching job resumes at the first missing shard.
@@ -29,26 +31,40 @@ DONE = "done.json"
 
 
 FEATURES = "target_features"
+AUX_FEATURES = "target_layer_inputs"
 FP16_MAX = 65504.0
 
 
 def default_cache_path(cache_root: str | os.PathLike, target_slug: str, data_cache_name: str,
-                       top_k: int | None) -> Path:
+                       top_k: int | None, aux_layers: list[int] | None = None) -> Path:
     """One cache per (target, tokenized data, k): <cache>/teacher/<target slug>/<data cache name>-k<k>; top_k None:
-    the feature cache, <data cache name>-features."""
-    suffix = "features" if top_k is None else f"k{top_k}"
+    the feature cache, <data cache name>-features (-features-aux-2-15-27 with those layers' inputs)."""
+    if top_k is not None:
+        suffix = f"k{top_k}"
+    else:
+        suffix = "features" + ("-aux-" + "-".join(str(i) for i in aux_layers) if aux_layers else "")
     return Path(cache_root).expanduser() / "teacher" / target_slug / f"{data_cache_name}-{suffix}"
 
 
-@torch.no_grad()
-def features_of_target(target, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The target's final hidden states (what its LM head reads) at every position of (B, S) ids, float16."""
-    hidden = target.get_decoder()(input_ids=input_ids, use_cache=False).last_hidden_state.float()
-    peak = hidden.abs().max().item()
+def _half(values: torch.Tensor, what: str) -> torch.Tensor:
+    peak = values.float().abs().max().item()
     if peak > FP16_MAX:
-        raise ValueError(f"The target's final hidden states reach {peak:.3g}, beyond float16's range: they cannot be "
-                         "cached. Fix: teacher=live.")
-    return {FEATURES: hidden.to(torch.float16)}
+        raise ValueError(f"The target's {what} reach {peak:.3g}, beyond float16's range: they cannot be cached. "
+                         "Fix: teacher=live.")
+    return values.to(torch.float16)
+
+
+@torch.no_grad()
+def features_of_target(target, input_ids: torch.Tensor, aux_layers: list[int] | None = None) -> dict[str, torch.Tensor]:
+    """The target's final hidden states (what its LM head reads) at every position of (B, S) ids, float16; with
+    `aux_layers`, also what enters those layers, concatenated (decode/eagle3.py `layer_inputs`)."""
+    from decode.eagle3 import layer_inputs
+
+    out, aux = layer_inputs(target, input_ids, aux_layers, use_cache=False)
+    cached = {FEATURES: _half(out.last_hidden_state, "final hidden states")}
+    if aux is not None:
+        cached[AUX_FEATURES] = _half(aux, "hidden states")
+    return cached
 
 
 @torch.no_grad()
@@ -70,9 +86,9 @@ def topk_of_target(target, input_ids: torch.Tensor, top_k: int, chunk_size: int 
 
 
 def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None, batch_size: int = 8,
-                shard_blocks: int = 64, info: dict | None = None) -> Path:
+                shard_blocks: int = 64, info: dict | None = None, aux_layers: list[int] | None = None) -> Path:
     """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`: the
-    target's top-k, or with top_k None its final hidden states (`features_of_target`)."""
+    target's top-k, or with top_k None its final hidden states and `aux_layers`' inputs (`features_of_target`)."""
     import datasets
     from tqdm.auto import tqdm
 
@@ -96,7 +112,8 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
                 ids = torch.stack([torch.as_tensor(blocks[i]["input_ids"]) for i in range(b, min(b + batch_size,
                                                                                             start + shard_blocks, n))])
                 ids = ids.to(target.device)
-                computed = features_of_target(target, ids) if top_k is None else topk_of_target(target, ids, top_k)
+                computed = (features_of_target(target, ids, aux_layers) if top_k is None
+                            else topk_of_target(target, ids, top_k))
                 for key, value in computed.items():
                     rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
                 bar.update(len(ids))
@@ -108,7 +125,8 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         bar.close()
-    (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k",
+    extra = {"aux_layers": list(aux_layers)} if aux_layers else {}
+    (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
                                         **{f"{s}_blocks": len(b) for s, b in splits.items()}, **(info or {})}, indent=1))
     return out
 
@@ -116,6 +134,11 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
 def cache_kind(path: str | os.PathLike) -> str:
     """"features" or "top_k": what a complete cache folder holds (older top-k caches record no kind)."""
     return json.loads((Path(path) / DONE).read_text()).get("kind", "top_k")
+
+
+def cache_aux_layers(path: str | os.PathLike) -> list[int] | None:
+    """The target layers whose inputs a complete feature cache holds (None: final hidden states only)."""
+    return json.loads((Path(path) / DONE).read_text()).get("aux_layers")
 
 
 def load_cache(path: str | os.PathLike, split: str, expected_blocks: int):
