@@ -122,7 +122,7 @@ class Eagle3Draft(FeatureDraft):
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The target's layer inputs (..., len(aux_layers) * H) -> the vector a slot reads (..., H)."""
-        return self.fc(features.to(self.fc.weight.dtype))
+        return self.fc(features.to(self.norm.weight.dtype))
 
     def forward(self, hidden: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor,
                 mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
@@ -130,7 +130,7 @@ class Eagle3Draft(FeatureDraft):
         ids of the tokens after them at `positions` -> the layer's outputs (B, S, H), before `norm` (what the next
         slot reads back). `mask`, `cache`: as EagleDraft.forward's."""
         layer = self.layers[0]
-        hidden = hidden.to(self.fc.weight.dtype)
+        hidden = hidden.to(self.norm.weight.dtype)  # (fc may be an int8 layer: decode/quantize.py)
         embeds = layer.input_layernorm(self.get_input_embeddings()(next_ids))
         x = torch.cat([embeds, layer.hidden_norm(hidden)], dim=-1)
         if mask is None:

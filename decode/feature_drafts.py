@@ -13,7 +13,8 @@ weights): they are attached at build or load time (`attach`), as serving engines
   `pre_lm_head_layernorm` and the LM head) guess token t+2. Drafting continues autoregressively by feeding its own
   output back as the next slot's feature.
 
-Parameters and weight names follow vLLM's formats (decode/feature_export.py writes and reads them).
+An EAGLE-3 draft (several target layers' inputs, speculators' eagle3 layout) is in decode/eagle3.py. Parameters and
+weight names follow vLLM's formats (decode/feature_export.py writes and reads them).
 
     draft = EagleDraft.from_target(target)        # or MedusaHeads.from_target(target, num_heads=3)
 """

@@ -130,15 +130,17 @@ def test_modes_none_and_auto():
         plan_quant(draft, "int2")
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+@pytest.mark.parametrize("kind", ["medusa", "eagle", "eagle3"])
 def test_int8_feature_draft_quantizes_its_own_layers_and_cut_head_never_the_targets(kind):
     from decode.draft_vocab import SubsetHead, restrict_vocab
+    from decode.eagle3 import Eagle3Draft
     from decode.feature_decoding import draft_proposer
     from decode.feature_drafts import EagleDraft, MedusaHeads
 
     target = make_model(V, layers=2, hidden=32, seed=1, init=0.3)
     head_before = target.get_output_embeddings().weight.clone()
-    fresh = MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target)
+    fresh = {"medusa": lambda: MedusaHeads.from_target(target, 2), "eagle": lambda: EagleDraft.from_target(target),
+             "eagle3": lambda: Eagle3Draft.from_target(target)}[kind]()
     torch.manual_seed(0)
     with torch.no_grad():
         for p in fresh.parameters():
