@@ -97,11 +97,11 @@ class Eagle3Draft(FeatureDraft):
         final norm. None: a fresh layer (transformers' init)."""
         n = target.config.num_hidden_layers
         aux = list(aux_layers) if aux_layers is not None else default_aux_layers(n)
+        if any(not 0 <= i < n for i in aux):
+            raise ValueError(f"model.draft.aux_layers must be layers of the target, in [0, {n - 1}], got {aux}.")
         config = one_layer_config(target.config)
         draft = cls(config, aux).to(target.get_output_embeddings().weight.dtype)
         decoder = target.get_decoder()
-        if any(not 0 <= i < n for i in aux):
-            raise ValueError(f"model.draft.aux_layers must be layers of the target, in [0, {n - 1}], got {aux}.")
         with torch.no_grad():
             draft.norm.load_state_dict(decoder.norm.state_dict())
             if init_layer is not None:

@@ -61,6 +61,8 @@ def test_it_starts_as_the_targets_layer_over_that_layers_input(target):
     assert torch.allclose(out, after, atol=1e-5)
     fresh = Eagle3Draft.from_target(target, aux_layers=[0, 2], init_layer=None)
     assert fresh.fc.weight.shape == (32, 64) and fresh.layers[0].self_attn.q_proj.in_features == 64
+    with pytest.raises(ValueError, match="aux_layers must be layers of the target"):
+        Eagle3Draft.from_target(target, aux_layers=[1, 9])
 
 
 def test_training_time_test_equals_drafting_with_a_cache(target):
