@@ -217,3 +217,15 @@ def test_eagle3_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_
     with pytest.raises(ValueError, match="inputs of target layers"):
         train(tiny_cfg(tmp_path / "other", tiny_target_dir, text_file, "model/draft=eagle3", "teacher=cache",
                        "spec_eval.enabled=false", "model.draft.aux_layers=[0]", f"teacher_cache={caches[0].parent}"))
+
+
+def test_the_exported_draft_vocabulary_is_the_trained_one():
+    from decode.draft_vocab import kept_ids
+    from train.export import _export_kept_ids
+
+    meta = {"draft_vocab": {"size": 5, "ranking": [9, 8, 7, 6, 5, 4], "special_ids": [0, 2]},
+            "generation_config": {"eos_token_id": 2}}
+    assert _export_kept_ids(12, meta).tolist() == kept_ids(12, 5, [0, 2], [9, 8, 7, 6, 5, 4]).tolist() == [0, 2, 7, 8, 9]
+    del meta["draft_vocab"]["special_ids"]  # an older checkpoint: the end-of-sequence id is kept
+    assert _export_kept_ids(12, meta).tolist() == [2, 6, 7, 8, 9]
+    assert _export_kept_ids(12, {"draft_vocab": None}) is None  # trained over every id

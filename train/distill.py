@@ -365,7 +365,8 @@ def train(cfg: DictConfig) -> dict:
             "config": OmegaConf.to_container(cfg, resolve=True),
             "lora": lora_settings(cfg.lora) if cfg.lora.enabled else None,
             # the export writes it as draft_vocab.json: decoding keeps the ids the draft was trained over
-            "draft_vocab": {"size": int(cfg.model.draft.train_vocab), "from": ranked_from, "ranking": ranking}
+            "draft_vocab": {"size": int(cfg.model.draft.train_vocab), "from": ranked_from, "ranking": ranking,
+                            "special_ids": sorted(int(i) for i in special_token_ids(tokenizer, target))}
             if ranking else None}
     # teacher=cache: the target only built the draft and named the cache; training runs without it
     module = DistillModule(target if cfg.teacher == "live" else None, draft, loss=cfg.loss.name,

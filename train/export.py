@@ -94,7 +94,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        if is_feature_draft(model):  # the serving layout (decode/feature_export.py); the target's head is not stored
+        if is_feature_draft(model):  # the serving layout (decode/feature_export.py); eagle3 stores its cut head
             info = {**(info or {}), "draft_kind": model.draft_kind, "draft_config": model.config_dict()}
             write_feature_weights(model, tmp, str(info.get("target")), info.get("target_architectures") or (),
                                   dtype=dtype, head=head, kept=kept)
@@ -122,16 +122,19 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
 
 
 def _export_kept_ids(vocab_size: int, meta: dict):
-    """An EAGLE-3 export's draft vocabulary: the ids decoding keeps (decode/draft_vocab.py `kept_ids` over the saved
-    ranking, plus the end-of-sequence ids), or None (every id) for a draft trained over the full vocabulary."""
+    """An EAGLE-3 export's draft vocabulary: the ids training scored and decoding keeps (decode/draft_vocab.py
+    `kept_ids` over the saved ranking and special ids; a checkpoint that saved none: the end-of-sequence ids), or
+    None (every id) for a draft trained over the full vocabulary."""
     draft_vocab = meta.get("draft_vocab")
     if not draft_vocab:
         return None
     from decode.draft_vocab import kept_ids
 
-    eos = (meta.get("generation_config") or {}).get("eos_token_id")
-    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    return kept_ids(vocab_size, int(draft_vocab["size"]), eos, draft_vocab.get("ranking"))
+    keep = draft_vocab.get("special_ids")
+    if keep is None:
+        eos = (meta.get("generation_config") or {}).get("eos_token_id")
+        keep = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return kept_ids(vocab_size, int(draft_vocab["size"]), keep, draft_vocab.get("ranking"))
 
 
 def _target_head(meta: dict) -> torch.Tensor:
