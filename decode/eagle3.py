@@ -50,9 +50,9 @@ def _capture_inputs(model, layers: list[int]):
 
 
 def layer_inputs(model, input_ids: torch.Tensor, layers: list[int] | None, **kwargs):
-    """One pass of `model`'s decoder: (its final hidden states (B, T, H), what enters each of `layers`,
-    concatenated (B, T, len(layers) * H), or None when `layers` is None). `kwargs` go to the decoder (cache,
-    attention_mask, position_ids...)."""
+    """One pass of `model`'s decoder: (its output, whose `last_hidden_state` holds the final hidden states (B, T, H);
+    what enters each of `layers`, concatenated (B, T, len(layers) * H), or None when `layers` is None). `kwargs` go
+    to the decoder (cache, attention_mask, position_ids...)."""
     if layers is None:
         return model.get_decoder()(input_ids=input_ids, **kwargs), None
     n = len(model.get_decoder().layers)
