@@ -76,11 +76,11 @@ bench-adaptive-qwen: $(STAMP)
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] domains=[code] $(ADAPTIVE_QWEN_BENCH) $(ARGS)
 
-# Draft kinds side by side on the 135M target (docs/feature-drafts.md): standalone, Medusa heads, EAGLE-style draft;
+# Draft kinds side by side on the 135M target (docs/feature-drafts.md): standalone, Medusa heads, EAGLE-style or EAGLE-3;
 # each at the gamma the cost model picks on the tune prompts (gamma=auto) and at gamma=1, greedy and T=1.
 FEATURE_BENCH ?= gamma=[auto,1] temperature=[0,1.0] n_prompts=16 max_new_tokens=64 repeats=1
 bench-feature: $(STAMP)
-	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: make demo's export and model/draft=eagle / medusa runs' exports"; exit 2; }
+	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: make demo's export and model/draft=eagle / eagle3 / medusa runs' exports"; exit 2; }
 	$(PY) eval/speculate.py drafts=[$(DRAFTS)] domains=[general] $(FEATURE_BENCH) $(ARGS)
 
 # Draft kinds side by side on the Qwen2.5-Coder-1.5B target (docs/feature-drafts.md): the off-the-shelf 0.5B, a
