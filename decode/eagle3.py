@@ -141,8 +141,12 @@ class Eagle3Draft(FeatureDraft):
         x = hidden + attended
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
+    def head_input(self, predicted: torch.Tensor) -> torch.Tensor:
+        """What the LM head reads from the layer's output."""
+        return self.norm(predicted)
+
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        return self.get_output_embeddings()(self.norm(predicted))
+        return self.get_output_embeddings()(self.head_input(predicted))
 
     def config_dict(self) -> dict:
         return {"draft_kind": self.draft_kind, "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,

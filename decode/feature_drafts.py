@@ -203,8 +203,12 @@ class EagleDraft(FeatureDraft):
         """The target's features as a slot reads them: as they are (decode/eagle3.py's maps several layers' to one)."""
         return features
 
+    def head_input(self, predicted: torch.Tensor) -> torch.Tensor:
+        """What the LM head reads from a predicted feature."""
+        return self.pre_lm_head_layernorm(predicted)
+
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        return self.get_output_embeddings()(self.pre_lm_head_layernorm(predicted))
+        return self.get_output_embeddings()(self.head_input(predicted))
 
     def config_dict(self) -> dict:
         return {"draft_kind": self.draft_kind, "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,

@@ -7,7 +7,6 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import DynamicCache
 
 from conftest import make_model
 from decode.eagle3 import Eagle3Draft, default_aux_layers, layer_inputs
@@ -15,8 +14,7 @@ from decode.eagle_tree import EagleTreeProposer
 from decode.feature_decoding import EagleProposer, draft_proposer
 from decode.feature_export import draft_head_state, feature_kind_of, load_feature_draft, write_feature_weights
 from decode.speculative import SamplingParams, generate
-from test_feature_drafts import trained_like
-from train.feature_loss import eagle_unroll
+from test_feature_drafts import assert_unroll_is_cached_drafting, trained_like
 
 VOCAB = 64
 PROMPT = [5, 9, 11, 7, 20, 3]
@@ -70,17 +68,7 @@ def test_training_time_test_equals_drafting_with_a_cache(target):
     ids = torch.randint(3, VOCAB, (1, 9))
     with torch.no_grad():
         _, aux = layer_inputs(target, ids, draft.aux_layers, use_cache=False)
-        outs = eagle_unroll(draft, aux, ids, steps=3)
-        for last_true in (2, 5):
-            cache = DynamicCache(config=draft.layer_config)
-            out = draft(draft.fuse(aux[:, : last_true + 1]), ids[:, 1: last_true + 2], torch.arange(last_true + 1)[None],
-                        cache=cache)
-            assert torch.allclose(out[:, -1], outs[0][:, last_true], atol=1e-5)
-            guess = out[:, -1:]
-            for depth in (2, 3):
-                slot = last_true + depth - 1
-                guess = draft(guess, ids[:, slot + 1: slot + 2], torch.tensor([[slot]]), cache=cache)
-                assert torch.allclose(guess[:, 0], outs[depth - 1][:, slot], atol=1e-5)
+    assert_unroll_is_cached_drafting(draft, aux, ids, (2, 5))
 
 
 @pytest.mark.parametrize("gamma", [1, 3])

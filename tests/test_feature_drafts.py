@@ -61,23 +61,29 @@ def test_unroll_attention_is_causal_at_depth_one_and_follows_decoding_after():
             assert seen == sorted(expected)
 
 
-def test_training_time_test_equals_drafting_with_a_cache(target):
-    """Depth s of eagle_unroll at slot i is what decoding computes for the s-th token drafted after slot i-s+1."""
-    draft = trained_like(EagleDraft.from_target(target))
-    ids = torch.randint(3, VOCAB, (1, 9))
+def assert_unroll_is_cached_drafting(draft, inputs, ids, last_trues):
+    """Depth s of eagle_unroll at slot i is what decoding computes for the s-th token drafted after slot i-s+1
+    (`inputs`: what the draft reads, fused first; true slots 0..last_true, then two slots reading guesses)."""
     with torch.no_grad():
-        features = final_hidden(target, ids)
-        outs = eagle_unroll(draft, features, ids, steps=3)
-        for last_true in (2, 4, 5):  # true slots 0..last_true, then two slots reading guessed features
+        outs = eagle_unroll(draft, inputs, ids, steps=3)
+        for last_true in last_trues:
             cache = DynamicCache(config=draft.layer_config)
-            out = draft(features[:, : last_true + 1], ids[:, 1: last_true + 2], torch.arange(last_true + 1)[None],
-                        cache=cache)
+            out = draft(draft.fuse(inputs[:, : last_true + 1]), ids[:, 1: last_true + 2],
+                        torch.arange(last_true + 1)[None], cache=cache)
             assert torch.allclose(out[:, -1], outs[0][:, last_true], atol=1e-5)
             guess = out[:, -1:]
             for depth in (2, 3):
                 slot = last_true + depth - 1
                 guess = draft(guess, ids[:, slot + 1: slot + 2], torch.tensor([[slot]]), cache=cache)
                 assert torch.allclose(guess[:, 0], outs[depth - 1][:, slot], atol=1e-5)
+
+
+def test_training_time_test_equals_drafting_with_a_cache(target):
+    draft = trained_like(EagleDraft.from_target(target))
+    ids = torch.randint(3, VOCAB, (1, 9))
+    with torch.no_grad():
+        features = final_hidden(target, ids)
+    assert_unroll_is_cached_drafting(draft, features, ids, (2, 4, 5))
 
 
 def stacked_unroll(draft, features, input_ids, steps):

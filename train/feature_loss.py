@@ -67,8 +67,7 @@ def eagle_pairs(draft, features: torch.Tensor, labels: torch.Tensor, input_ids: 
     mask, nxt = loss_mask(labels)[:, 1:], torch.roll(labels, -1, dims=1)[:, 1:]
     slot = torch.arange(mask.shape[1], device=mask.device)[None]
     unrolled = eagle_unroll(draft, features if inputs is None else inputs, input_ids, steps)
-    norm = draft.norm if draft.draft_kind == "eagle3" else draft.pre_lm_head_layernorm
-    return [(norm(out), features[:, 1:], mask & (slot >= s), nxt) for s, out in enumerate(unrolled)]
+    return [(draft.head_input(out), features[:, 1:], mask & (slot >= s), nxt) for s, out in enumerate(unrolled)]
 
 
 def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, chunk_size: int, ce_weight: float,
