@@ -205,9 +205,11 @@ def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target:
     """Usage of a feature draft: it needs the target's hidden states, so transformers' assisted generation cannot run
     it; Draftsmith's decoder and serving engines' own methods can."""
     what, method = FEATURE_USAGE[kind]
+    shared = ("embeddings (not stored here; its head over the draft vocabulary is a copy of the target's rows)"
+              if kind == "eagle3" else "embeddings and LM head (not stored here)")
     lines = ["", "## Usage", "", f"This folder holds {what}. It reads the target's hidden states and shares its "
-             "embeddings and LM head (not stored here), so it runs only next to that exact target, and transformers' "
-             "`assistant_model` cannot run it.", "", why] + (["", caveat] if caveat else [])
+             f"{shared}, so it runs only next to that exact target, and transformers' `assistant_model` cannot run "
+             "it.", "", why] + (["", caveat] if caveat else [])
     lines += ["", "Draftsmith's decoder (the one measured above):", "", "```bash",
               f"python eval/speculate.py target={target} drafts=[<path to this folder>] gamma=[{gamma}]",
               "```", "", "vLLM (the layout vLLM reads; not run on the machine that measured this card):", "",

@@ -177,6 +177,7 @@ def test_a_card_serves_it_as_eagle3():
 
     card = render({"draft_kind": "eagle3", "target": "my/target", "evaluations": []}, "x")
     assert '"method": "eagle3"' in card and "--speculative-algorithm EAGLE3" in card
+    assert "a copy of the target's rows" in card  # its export stores its draft-vocabulary head
 
 
 @pytest.mark.integration
