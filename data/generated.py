@@ -84,7 +84,39 @@ def general_prompts() -> Iterator[str]:
             yield template.format(" ".join(topic.split()))
 
 
-PROMPT_SOURCES = {"general": general_prompts, "medical": medical_prompts, "code": code_prompts}
+# More everyday chat prompts of other kinds (prompts_from=everyday): topics and question forms that neither `general`
+# nor the evaluation prompts use, so that a draft trained on both sets sees more kinds of request than one template
+# grid. Its answers are general-domain text: the general evaluation prompts measure a draft trained on them.
+EVERYDAY_TOPICS = """elephants; dolphins; butterflies; spiders; sharks; frogs; horses; parrots; bats; jellyfish; bamboo;
+cacti; sunflowers; oak trees; apples; rice; olive oil; honey; ice cream; soup; street food; table manners;
+birthdays; weddings; gift giving; moving house; renting an apartment; buying a used car; car maintenance;
+cycling to work; swimming; tennis; golf; karate; dancing; singing; stand-up comedy; cartoons; comic books;
+fairy tales; mythology; ancient Egypt; the Aztecs; the Middle Ages; the French Revolution; the Cold War;
+the space station; Mars; Jupiter; the sun; asteroids; hurricanes; tornadoes; snow; fog; thunderstorms; soil; sand;
+gold; diamonds; steel; plastic; nuclear power; hydrogen; drinking water; sewage systems; hospitals; dentists;
+pharmacies; walking; stretching; laughter; loneliness; curiosity; patience; honesty; creativity; boredom;
+procrastination; decision making; critical thinking; debating; leadership; small businesses; advertising;
+customer service; online shopping; smartphones; social media; emojis; robots; 3D printing; virtual reality;
+self-driving cars; drones; web browsers; keyboards; wifi; spam; backups; encryption; programming languages;
+calculators; the number zero; prime numbers; probability; statistics; geometry; fractions; tunnels; harbors;
+airports; post offices; banks; insurance; credit cards; charities; fashion; shoes; soap""".split(";")
+EVERYDAY_TEMPLATES = ["Why does {} matter?", "What are common misconceptions about {}?",
+                      "Explain {} using an analogy.", "How would you get started with {}? Give me the steps.",
+                      "Write a short story that involves {}.", "List five key terms related to {} and define each.",
+                      "How has {} changed over the last hundred years?", "What are the biggest challenges around {} "
+                      "today?", "What questions do people often ask about {}, and what are the answers?",
+                      "Write a friendly note to a friend about {}.", "Compare {} with something similar.",
+                      "Teach me one useful thing about {}."]
+
+
+def everyday_prompts() -> Iterator[str]:
+    for template in EVERYDAY_TEMPLATES:
+        for topic in EVERYDAY_TOPICS:
+            yield template.format(" ".join(topic.split()))
+
+
+PROMPT_SOURCES = {"general": general_prompts, "everyday": everyday_prompts, "medical": medical_prompts,
+                  "code": code_prompts}
 
 
 def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:

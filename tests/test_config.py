@@ -83,8 +83,11 @@ def test_every_experiment_composes(name):
     if name in ("eagle_general", "standalone_general"):  # the pair compared in docs/feature-drafts.md: the same
         from train.distill import check_config           # answers (all 976 prompts, stores of their own), head ids
 
-        assert [Path(s.path).name for s in cfg.data.sources] == ["general-976.jsonl", "general-976-t1.jsonl",
-                                                                 "general-976-t1-s1.jsonl"]
+        assert [Path(s.path).name for s in cfg.data.sources] == [
+            "general-976.jsonl", "general-976-t1.jsonl", "general-976-t1-s1.jsonl", "everyday-976.jsonl",
+            "everyday-976-t1.jsonl"]
+        assert [(s.get("prompts_from"), s.get("temperature")) for s in cfg.data.sources[3:]] == [
+            ("everyday", 0.0), ("everyday", 1.0)]
         assert cfg.data.generate.n_prompts == 976
         assert cfg.model.draft.train_vocab_from.path == cfg.data.sources[0].path
         assert (cfg.model.draft.kind, cfg.teacher) == (
@@ -133,9 +136,11 @@ def test_a_second_sampled_store_of_the_same_prompts_gets_its_own_seed():
     from train.distill import generated_stores
 
     for experiment in ("eagle_general", "standalone_general"):
-        stores = {p.name: (t, seed) for p, t, _, seed in generated_stores(compose_distill([f"+experiment={experiment}"]))}
-        assert stores == {"general-976.jsonl": (0.0, 0), "general-976-t1.jsonl": (1.0, 0),
-                          "general-976-t1-s1.jsonl": (1.0, 1)}, experiment
+        stores = {p.name: (t, domain, seed)
+                  for p, t, domain, seed in generated_stores(compose_distill([f"+experiment={experiment}"]))}
+        assert stores == {"general-976.jsonl": (0.0, "general", 0), "general-976-t1.jsonl": (1.0, "general", 0),
+                          "general-976-t1-s1.jsonl": (1.0, "general", 1), "everyday-976.jsonl": (0.0, "everyday", 0),
+                          "everyday-976-t1.jsonl": (1.0, "everyday", 0)}, experiment
 
 
 def test_spec_eval_prompts_come_from_the_runs_domains():

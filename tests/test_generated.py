@@ -6,12 +6,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import CONF
-from data.generated import TOPICS, append_records, domain_prompts, done_prompts, settings_file
+from data.generated import EVERYDAY_TOPICS, PROMPT_SOURCES, TOPICS, append_records, domain_prompts, done_prompts, \
+    settings_file
 from data.prompts import DOMAINS, EVAL_TOPICS, evaluation_prompts
 from train.teacher_data import generate_store
 
 
-@pytest.mark.parametrize("domain", ["general", "medical", "code"])
+@pytest.mark.parametrize("domain", ["general", "everyday", "medical", "code"])
 def test_domain_prompts_are_distinct_and_deterministic(domain):
     prompts = domain_prompts(domain, 50, seed=3)
     assert len(prompts) == 50 == len(set(prompts))
@@ -20,9 +21,11 @@ def test_domain_prompts_are_distinct_and_deterministic(domain):
 
 def test_training_prompts_never_overlap_evaluation_prompts():
     every_eval = {p for d in DOMAINS for p in evaluation_prompts(d)}
-    for domain in DOMAINS:
+    for domain in PROMPT_SOURCES:
         assert not set(domain_prompts(domain, 100_000)) & every_eval
-    assert not {" ".join(t.split()) for t in TOPICS} & {" ".join(t.split()) for t in EVAL_TOPICS}
+    topics = [{" ".join(t.split()) for t in kind} for kind in (TOPICS, EVERYDAY_TOPICS, EVAL_TOPICS)]
+    assert not (topics[0] & topics[1] or topics[0] & topics[2] or topics[1] & topics[2])
+    assert len(domain_prompts("everyday", 100_000)) >= 976  # +experiment=eagle_general's everyday stores
     with pytest.raises(ValueError, match="Unknown domain"):
         domain_prompts("astrology", 3)
 
