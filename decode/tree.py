@@ -114,13 +114,20 @@ def static_tree(branching: list[int]) -> list[int]:
 
 
 def compact_cache(cache: DynamicCache, keep: torch.Tensor) -> None:
-    """Keep only the cached positions `keep` (sorted indices), in order, in every layer of a dynamic cache."""
+    """Keep only the cached positions `keep` (sorted indices), in order, in every layer of a dynamic cache. The
+    leading run of positions that stay where they are (the context before a tree) is not copied: only the kept
+    nodes after it move down, then the cache is cut, so a step costs the path's length, not the context's."""
+    keep = [int(i) for i in keep]
+    prefix = next((n for n, i in enumerate(keep) if i != n), len(keep))
+    tail = keep[prefix:]
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        index = keep.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+        if tail:
+            index = torch.tensor(tail, device=layer.keys.device)
+            layer.keys[..., prefix: len(keep), :] = layer.keys.index_select(-2, index)
+            layer.values[..., prefix: len(keep), :] = layer.values.index_select(-2, index)
+        layer.keys, layer.values = layer.keys[..., : len(keep), :], layer.values[..., : len(keep), :]
 
 
 def _tree_pass(model, cache, tokens: list[int], parents: list[int], past: int, rows: slice) -> torch.Tensor:

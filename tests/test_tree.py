@@ -7,7 +7,9 @@ import torch
 
 from conftest import make_model
 from decode.speculative import SamplingParams, generate
-from decode.tree import (GREEDY_ONLY, TreeDraft, TreeProposer, TreeVerifier, choose_children, depths,
+from transformers import DynamicCache
+
+from decode.tree import (GREEDY_ONLY, TreeDraft, TreeProposer, TreeVerifier, choose_children, compact_cache, depths,
                          greedy_tree_accept, path_to, static_tree, tree_mask, tree_positions)
 
 
@@ -23,6 +25,25 @@ def test_static_tree_shapes_and_depths():
         static_tree([2, 0])
     with pytest.raises(ValueError, match="earlier node"):
         depths([-1, 2, 0])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_compaction_keeps_exactly_the_chosen_positions_in_order(seed):
+    """compact_cache moves only what follows the untouched prefix; the result equals gathering the kept positions
+    (any subset, and the tree case: the whole context, then a few nodes)."""
+    rng = random.Random(seed)
+    length = rng.randrange(2, 12)
+    context = rng.randrange(1, length)
+    keep = sorted(rng.sample(range(length), rng.randrange(1, length + 1))) if seed % 2 else \
+        list(range(context)) + sorted(rng.sample(range(context, length), rng.randrange(0, length - context + 1)))
+    cache = DynamicCache()
+    layers = [(torch.randn(1, 2, length, 3), torch.randn(1, 2, length, 3)) for _ in range(2)]
+    for i, (k, v) in enumerate(layers):
+        cache.update(k.clone(), v.clone(), i)
+    compact_cache(cache, torch.tensor(keep))
+    for layer, (k, v) in zip(cache.layers, layers):
+        assert torch.equal(layer.keys, k[..., keep, :]) and torch.equal(layer.values, v[..., keep, :])
+    assert cache.get_seq_length() == len(keep)
 
 
 @pytest.mark.parametrize("seed", range(20))
