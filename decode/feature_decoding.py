@@ -32,6 +32,31 @@ def _feature_width(model, aux_layers) -> int:
     return hidden * len(aux_layers) if aux_layers is not None else hidden
 
 
+class FeatureRows:
+    """The features of the cached positions, (length, width) float32, in a buffer that grows by doubling: appending a
+    step's rows and cutting back to a length cost those rows, not the whole history (a step would otherwise copy every
+    earlier position's features). `view()` is the (length, width) tensor the drafts read."""
+
+    def __init__(self, width: int, device):
+        self.rows, self.length = torch.empty(64, width, dtype=torch.float32, device=device), 0
+
+    def view(self) -> torch.Tensor:
+        return self.rows[: self.length]
+
+    def append(self, new: torch.Tensor) -> None:
+        end = self.length + len(new)
+        if end > len(self.rows):
+            grown = torch.empty(max(end, 2 * len(self.rows)), self.rows.shape[1], dtype=self.rows.dtype,
+                                device=self.rows.device)
+            grown[: self.length] = self.rows[: self.length]
+            self.rows = grown
+        self.rows[self.length: end] = new
+        self.length = end
+
+    def cut(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
 class FeatureVerifier(ChainVerifier):
     """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position, or
     with `aux_layers` what enters those layers, concatenated (length, len(aux_layers) * H), as an EAGLE-3 draft
@@ -39,14 +64,18 @@ class FeatureVerifier(ChainVerifier):
 
     def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
-        self.features, self.aux_layers = None, aux_layers
+        self._rows, self.aux_layers = None, aux_layers
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        return None if self._rows is None else self._rows.view()
 
     def start(self, prompt):
         self.lm.reset()
         if self.lm.static is not None:
             raise ValueError("Feature drafts (medusa, eagle) read the target's hidden states, which the compiled "
                              "static-cache path does not return. Fix: compile=false.")
-        self.features = torch.empty(0, _feature_width(self.lm.model, self.aux_layers), device=self.lm.model.device)
+        self._rows = FeatureRows(_feature_width(self.lm.model, self.aux_layers), self.lm.model.device)
         if len(prompt) > 1:
             self._extend(prompt[:-1], keep=1)
 
@@ -57,7 +86,7 @@ class FeatureVerifier(ChainVerifier):
                                 cache=lm.cache, use_cache=True)
         hidden = out.last_hidden_state[0]
         lm.length += len(ids)
-        self.features = torch.cat([self.features, (hidden if aux is None else aux[0]).float()])
+        self._rows.append(hidden if aux is None else aux[0])
         return lm.model.get_output_embeddings()(hidden[-keep:]).float()
 
     def score(self, tokens, drafted):
@@ -65,7 +94,7 @@ class FeatureVerifier(ChainVerifier):
 
     def rollback(self, keep):
         self.lm.rollback(keep)
-        self.features = self.features[:keep]
+        self._rows.cut(keep)
 
 
 class _FeatureProposer:
@@ -179,10 +208,14 @@ class FeatureTreeVerifier(TreeVerifier):
 
     def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
-        self.features, self._tree_hidden, self.aux_layers = None, None, aux_layers
+        self._rows, self._tree_hidden, self.aux_layers = None, None, aux_layers
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        return None if self._rows is None else self._rows.view()
 
     def start(self, prompt):
-        self.features = torch.empty(0, _feature_width(self.model, self.aux_layers), device=self.model.device)
+        self._rows = FeatureRows(_feature_width(self.model, self.aux_layers), self.model.device)
         super().start(prompt)
 
     def _hidden(self, ids: list[int], **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,7 +228,7 @@ class FeatureTreeVerifier(TreeVerifier):
     def _chain(self, ids, keep):
         hidden, kept = self._hidden(ids)
         self.length += len(ids)
-        self.features = torch.cat([self.features, kept.float()])
+        self._rows.append(kept)
         return self.model.get_output_embeddings()(hidden[-keep:]).float()
 
     def _tree_logits(self, tree):
@@ -209,13 +242,14 @@ class FeatureTreeVerifier(TreeVerifier):
     def keep_path(self, path):
         start = self._tree_start
         super().keep_path(path)
-        self.features = torch.cat([self.features[:start], self._tree_hidden[[0] + list(path)]])
+        self._rows.cut(start)
+        self._rows.append(self._tree_hidden[[0] + list(path)])
         self._tree_hidden = None
 
     @torch.inference_mode()
     def rollback(self, keep):
         super().rollback(keep)
-        self.features = self.features[: self.length]
+        self._rows.cut(self.length)
 
 
 class FeatureTreeShape:

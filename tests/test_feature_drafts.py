@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from conftest import make_model
-from decode.feature_decoding import EagleProposer, MedusaProposer, MedusaTreeProposer, draft_proposer
+from decode.feature_decoding import EagleProposer, FeatureRows, MedusaProposer, MedusaTreeProposer, draft_proposer
 from decode.feature_drafts import EagleDraft, MedusaHeads, additive, final_hidden, unroll_allowed
 from decode.feature_export import feature_kind_of, load_feature_draft, write_feature_weights
 from decode.speculative import SamplingParams, generate
@@ -426,3 +426,20 @@ def test_a_qwen2_target_gets_a_qwen2_layer_and_keeps_greedy_identity():
     assert type(eagle.transformer).__name__ == "Qwen2DecoderLayer"
     for draft in (eagle, trained_like(MedusaHeads.from_target(qwen, 2))):
         assert generate(qwen, draft_proposer(draft), prompt, 3, 16).tokens == expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_feature_buffer_appends_and_cuts_like_a_list_of_rows(seed):
+    """The verifiers' growing feature buffer holds exactly the rows appended and not cut since, in order."""
+    rng = torch.Generator().manual_seed(seed)
+    rows, expected = FeatureRows(3, "cpu"), torch.empty(0, 3)
+    for _ in range(60):
+        if torch.rand(1, generator=rng) < 0.3:
+            keep = int(torch.randint(0, len(expected) + 1, (1,), generator=rng))
+            rows.cut(keep)
+            expected = expected[:keep]
+        else:
+            new = torch.randn(int(torch.randint(1, 40, (1,), generator=rng)), 3, generator=rng)
+            rows.append(new.half() if seed % 2 else new)  # float16 rows (a feature cache's) are kept as float32
+            expected = torch.cat([expected, new.half().float() if seed % 2 else new])
+        assert rows.view().dtype == torch.float32 and torch.equal(rows.view(), expected)
