@@ -218,3 +218,30 @@ def test_the_exported_draft_vocabulary_is_the_trained_one():
     del meta["draft_vocab"]["special_ids"]  # an older checkpoint: the end-of-sequence id is kept
     assert _export_kept_ids(12, meta).tolist() == [2, 6, 7, 8, 9]
     assert _export_kept_ids(12, {"draft_vocab": None}) is None  # trained over every id
+
+
+def test_a_qwen2_target_with_attention_biases_starts_as_its_layer_and_keeps_greedy_identity():
+    """Qwen2 layers carry q/k/v biases: the widened projections keep them, the start is still the target's layer,
+    and decoding stays the target's own greedy output."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=False, initializer_range=0.2)
+    qwen = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in qwen.model.layers:
+            layer.self_attn.q_proj.bias.normal_()
+            layer.self_attn.k_proj.bias.normal_()
+    draft = Eagle3Draft.from_target(qwen, aux_layers=[0, 2])
+    assert draft.layers[0].self_attn.q_proj.bias is not None
+    ids = torch.randint(3, VOCAB, (1, 9))
+    with torch.no_grad():
+        _, aux = layer_inputs(qwen, ids, [0, 2], use_cache=False)
+        _, after = layer_inputs(qwen, ids, [3], use_cache=False)
+        out = draft(draft.fuse(aux), torch.randint(3, VOCAB, (1, 9)), torch.arange(9)[None])
+    assert torch.allclose(out, after, atol=1e-5)
+    decoded = generate(qwen, draft_proposer(trained_like(Eagle3Draft.from_target(qwen))), PROMPT, 2, 24)
+    assert decoded.tokens == greedy(qwen, PROMPT, 24) and sum(s.drafted for s in decoded.steps) > 0
+
