@@ -78,10 +78,15 @@ TEMPLATES = ["Explain {} to a beginner.", "What are three interesting facts abou
              "What should everyone know about {}?", "Describe the history of {} briefly."]
 
 
-def general_prompts() -> Iterator[str]:
-    for template in TEMPLATES:
-        for topic in TOPICS:
+def grid_prompts(templates: list[str], topics: list[str]) -> Iterator[str]:
+    """Every template filled with every topic (template-major, the topics' whitespace collapsed)."""
+    for template in templates:
+        for topic in topics:
             yield template.format(" ".join(topic.split()))
+
+
+def general_prompts() -> Iterator[str]:
+    return grid_prompts(TEMPLATES, TOPICS)
 
 
 # More everyday chat prompts of other kinds (prompts_from=everyday): topics and question forms that neither `general`
@@ -110,9 +115,7 @@ EVERYDAY_TEMPLATES = ["Why does {} matter?", "What are common misconceptions abo
 
 
 def everyday_prompts() -> Iterator[str]:
-    for template in EVERYDAY_TEMPLATES:
-        for topic in EVERYDAY_TOPICS:
-            yield template.format(" ".join(topic.split()))
+    return grid_prompts(EVERYDAY_TEMPLATES, EVERYDAY_TOPICS)
 
 
 PROMPT_SOURCES = {"general": general_prompts, "everyday": everyday_prompts, "medical": medical_prompts,

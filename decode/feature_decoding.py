@@ -57,7 +57,17 @@ class FeatureRows:
         self.length = min(self.length, length)
 
 
-class FeatureVerifier(ChainVerifier):
+class _KeepsFeatures:
+    """What both feature verifiers share: `features`, the (length, width) rows of their FeatureRows buffer."""
+
+    _rows: FeatureRows | None = None
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        return None if self._rows is None else self._rows.view()
+
+
+class FeatureVerifier(_KeepsFeatures, ChainVerifier):
     """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position, or
     with `aux_layers` what enters those layers, concatenated (length, len(aux_layers) * H), as an EAGLE-3 draft
     reads (decode/eagle3.py)."""
@@ -65,10 +75,6 @@ class FeatureVerifier(ChainVerifier):
     def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
         self._rows, self.aux_layers = None, aux_layers
-
-    @property
-    def features(self) -> torch.Tensor | None:
-        return None if self._rows is None else self._rows.view()
 
     def start(self, prompt):
         self.lm.reset()
@@ -201,7 +207,7 @@ class EagleProposer(_FeatureProposer):
             self.length, self.last = keep, None
 
 
-class FeatureTreeVerifier(TreeVerifier):
+class FeatureTreeVerifier(_KeepsFeatures, TreeVerifier):
     """TreeVerifier keeping `features` (length, H) as FeatureVerifier does (final hidden states, or `aux_layers`'
     inputs). A tree pass gives every node the hidden states a pass over its own path would (decode/tree.py's mask
     and positions), so keeping the accepted path keeps exactly the features a chain over it would have left."""
@@ -209,10 +215,6 @@ class FeatureTreeVerifier(TreeVerifier):
     def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
         self._rows, self._tree_hidden, self.aux_layers = None, None, aux_layers
-
-    @property
-    def features(self) -> torch.Tensor | None:
-        return None if self._rows is None else self._rows.view()
 
     def start(self, prompt):
         self._rows = FeatureRows(_feature_width(self.model, self.aux_layers), self.model.device)

@@ -113,21 +113,19 @@ def static_tree(branching: list[int]) -> list[int]:
     return parents
 
 
-def compact_cache(cache: DynamicCache, keep: torch.Tensor) -> None:
-    """Keep only the cached positions `keep` (sorted indices), in order, in every layer of a dynamic cache. The
-    leading run of positions that stay where they are (the context before a tree) is not copied: only the kept
-    nodes after it move down, then the cache is cut, so a step costs the path's length, not the context's."""
-    keep = [int(i) for i in keep]
-    prefix = next((n for n, i in enumerate(keep) if i != n), len(keep))
-    tail = keep[prefix:]
+def compact_cache(cache: DynamicCache, prefix: int, moved: list[int]) -> None:
+    """Keep the first `prefix` cached positions where they are and the positions `moved` (sorted, each >= prefix)
+    right after them, in order, in every layer of a dynamic cache; cut the rest. Only `moved` is copied (a tree step
+    keeps the context and moves its accepted path down: it costs the path's length, not the context's)."""
+    end = prefix + len(moved)
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        if tail:
-            index = torch.tensor(tail, device=layer.keys.device)
-            layer.keys[..., prefix: len(keep), :] = layer.keys.index_select(-2, index)
-            layer.values[..., prefix: len(keep), :] = layer.values.index_select(-2, index)
-        layer.keys, layer.values = layer.keys[..., : len(keep), :], layer.values[..., : len(keep), :]
+        if moved:
+            index = torch.tensor(moved, device=layer.keys.device)
+            layer.keys[..., prefix: end, :] = layer.keys.index_select(-2, index)
+            layer.values[..., prefix: end, :] = layer.values.index_select(-2, index)
+        layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
 
 
 def _tree_pass(model, cache, tokens: list[int], parents: list[int], past: int, rows: slice) -> torch.Tensor:
@@ -248,9 +246,8 @@ class TreeVerifier:
     def keep_path(self, path: list[int]) -> None:
         """After a tree pass: keep the cached context, the root and the accepted nodes (in path order)."""
         start = self._tree_start
-        keep = torch.tensor(list(range(start + 1)) + [start + i for i in path])
-        compact_cache(self.cache, keep)
-        self.length, self._tree = len(keep), None
+        compact_cache(self.cache, start + 1, [start + i for i in path])
+        self.length, self._tree = start + 1 + len(path), None
 
     @torch.inference_mode()
     def rollback(self, keep: int) -> None:
@@ -315,7 +312,7 @@ class TreeProposer:
         """Keep the cached context, the root and the accepted nodes the draft fed (the deepest level never is)."""
         if self._last is not None and self._last.path is not None:
             kept = [i for i in self._last.path if i < self._fed]
-            compact_cache(self.cache, torch.tensor(list(range(self._start + 1)) + [self._start + i for i in kept]))
+            compact_cache(self.cache, self._start + 1, [self._start + i for i in kept])
             self.length = self._start + 1 + len(kept)
         self._last = None
         if self.length > keep:

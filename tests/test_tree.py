@@ -9,8 +9,8 @@ from conftest import make_model
 from decode.speculative import SamplingParams, generate
 from transformers import DynamicCache
 
-from decode.tree import (GREEDY_ONLY, TreeDraft, TreeProposer, TreeVerifier, choose_children, compact_cache, depths,
-                         greedy_tree_accept, path_to, static_tree, tree_mask, tree_positions)
+from decode.tree import (GREEDY_ONLY, TreeDraft, TreeProposer, TreeVerifier, choose_children, compact_cache,
+                         depths, greedy_tree_accept, path_to, static_tree, tree_mask, tree_positions)
 
 
 def random_parents(n: int, rng: random.Random) -> list[int]:
@@ -33,14 +33,14 @@ def test_compaction_keeps_exactly_the_chosen_positions_in_order(seed):
     (any subset, and the tree case: the whole context, then a few nodes)."""
     rng = random.Random(seed)
     length = rng.randrange(2, 12)
-    context = rng.randrange(1, length)
-    keep = sorted(rng.sample(range(length), rng.randrange(1, length + 1))) if seed % 2 else \
-        list(range(context)) + sorted(rng.sample(range(context, length), rng.randrange(0, length - context + 1)))
+    context = 0 if seed % 2 else rng.randrange(1, length)
+    moved = sorted(rng.sample(range(context, length), rng.randrange(0 if context else 1, length - context + 1)))
+    keep = list(range(context)) + moved
     cache = DynamicCache()
     layers = [(torch.randn(1, 2, length, 3), torch.randn(1, 2, length, 3)) for _ in range(2)]
     for i, (k, v) in enumerate(layers):
         cache.update(k.clone(), v.clone(), i)
-    compact_cache(cache, torch.tensor(keep))
+    compact_cache(cache, context, moved)
     for layer, (k, v) in zip(cache.layers, layers):
         assert torch.equal(layer.keys, k[..., keep, :]) and torch.equal(layer.values, v[..., keep, :])
     assert cache.get_seq_length() == len(keep)
