@@ -139,3 +139,22 @@ def test_teacher_cache_settings_fail_clearly(tmp_path, tiny_target_dir, text_fil
     with pytest.raises(FileNotFoundError, match="cache_teacher.py"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
                        "loss=forward_kl"))
+
+
+def test_a_final_state_draft_reuses_a_finished_eagle3_cache_of_the_same_text(tmp_path):
+    from train.distill import reuse_richer_cache
+
+    plain = tmp_path / "teacher" / "t" / "data-features"
+    assert reuse_richer_cache(plain) == plain  # nothing cached: build the plain cache
+    unfinished = tmp_path / "teacher" / "t" / "data-features-aux-1-2-3"
+    unfinished.mkdir(parents=True)
+    assert reuse_richer_cache(plain) == plain  # an interrupted EAGLE-3 cache is not read
+    (unfinished / teacher_cache.DONE).write_text("")
+    assert reuse_richer_cache(plain) == unfinished
+    other = tmp_path / "teacher" / "t" / "other-features-aux-1-2-3"
+    other.mkdir()
+    (other / teacher_cache.DONE).write_text("")
+    assert reuse_richer_cache(tmp_path / "teacher" / "t" / "other2-features") == tmp_path / "teacher" / "t" / "other2-features"
+    plain.mkdir()
+    (plain / teacher_cache.DONE).write_text("")
+    assert reuse_richer_cache(plain) == plain  # its own cache first

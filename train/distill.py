@@ -124,14 +124,32 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg))
     data_name = dm.cache_path.name
     if feature:
-        return build_feature_cache(cfg, dm, target, cfg.teacher_cache or default_cache_path(
-            cfg.paths.cache_dir, cfg.model.target.slug, data_name, None, aux_layers), aux_layers)
+        path = cfg.teacher_cache or default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, None,
+                                                       aux_layers)
+        if not cfg.teacher_cache and not aux_layers:
+            path = reuse_richer_cache(Path(path))
+        return build_feature_cache(cfg, dm, target, path, aux_layers)
     base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
     found = sorted(base.glob(f"{data_name}-k*/{DONE}"))
     if not found:
         raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
                                 "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
     return str(found[-1].parent)
+
+
+def reuse_richer_cache(path: Path) -> Path:
+    """A draft that reads only the final hidden states (Medusa, EAGLE-style) whose cache is missing takes a finished
+    EAGLE-3 cache of the same text instead (`<path>-aux-...`: it holds the final hidden states too) rather than
+    running the target over the text again."""
+    from train.teacher_cache import DONE
+
+    if (path / DONE).is_file():
+        return path
+    richer = sorted(p.parent for p in path.parent.glob(f"{path.name}-aux-*/{DONE}"))
+    if richer:
+        print(f"teacher=cache: reusing {richer[0]} (an EAGLE-3 cache of the same text holds the final hidden states)")
+        return richer[0]
+    return path
 
 
 def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None) -> str:
