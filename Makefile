@@ -83,14 +83,16 @@ bench-feature: $(STAMP)
 	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: make demo's export and model/draft=eagle / eagle3 / medusa runs' exports"; exit 2; }
 	$(PY) eval/speculate.py drafts=[$(DRAFTS)] domains=[general] $(FEATURE_BENCH) $(ARGS)
 
-# Draft kinds side by side on the Qwen2.5-Coder-1.5B target (docs/feature-drafts.md): the off-the-shelf 0.5B, a
-# standalone draft (DRAFT: e.g. +experiment=qwen_coder_layers_quick's export) and the EAGLE-style draft (EAGLE:
-# +experiment=qwen_coder_eagle's export), one fixed gamma for all, greedy and T=1, held-out code prompts.
-FEATURE_QWEN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=auto
+# Draft kinds side by side on the Qwen2.5-Coder-1.5B target (docs/feature-drafts.md): the off-the-shelf 0.5B and the
+# exports in DRAFTS (e.g. +experiment=qwen_coder_eagle3's and qwen_coder_medusa's, a standalone recipe's), one fixed
+# gamma for all, greedy and T=1, held-out code prompts; every head cut to the ids the 1.5B writes most in its answers.
+QWEN_ANSWERS ?= $(HOME)/.cache/draftsmith/generated/qwen25_coder_1_5b/code.jsonl
+FEATURE_QWEN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=auto \
+	'draft_vocab_from={kind: files, path: "$(QWEN_ANSWERS)", format: chat}'
 bench-feature-qwen: $(STAMP)
-	@test -n "$(DRAFT)" -a -n "$(EAGLE)" || { echo "DRAFT=<standalone export> EAGLE=<qwen_coder_eagle export> are required"; exit 2; }
+	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: e.g. +experiment=qwen_coder_eagle3's and qwen_coder_medusa's exports"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
-		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT),$(EAGLE)] domains=[code] $(FEATURE_QWEN_BENCH) $(ARGS)
+		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFTS)] domains=[code] $(FEATURE_QWEN_BENCH) $(ARGS)
 
 # The fast suite (under 2 minutes on 2 cores with a warm venv); prints the slowest tests.
 test: $(STAMP)

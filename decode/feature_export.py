@@ -7,7 +7,8 @@
 - eagle3: the `speculators` EAGLE-3 layout (`speculators_model_type: eagle3`, `eagle_aux_hidden_state_layer_ids`,
   `draft_vocab_size`); weights `fc`, `layers.0.*` (q/k/v 2H wide, `hidden_norm`), `norm`, and the head over the draft
   vocabulary: `lm_head` (the target's rows for the kept ids), `d2t` (draft id -> target id minus draft id) and `t2d`
-  (which target ids the draft has), as speculators and vLLM read them. The embeddings come from the verifier.
+  (which target ids the draft has), as speculators and vLLM read them. The embeddings come from the verifier. A
+  Qwen2 target's layer is written as a Llama layer with biases (`as_llama_layer`): the classes engines build from.
 - medusa: vLLM's Medusa layout (`model_type: medusa`, `num_heads`, `num_hidden_layers`, weights
   `blocks.{i}.layers.{j}.weight/bias`), with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`,
   `base_model_name_or_path`). Heads share the target's LM head (`original_lm_head: true`): no `lm_heads` stored.
@@ -45,11 +46,38 @@ def draft_head_state(head_weight: torch.Tensor, kept: torch.Tensor | None) -> di
             "d2t": (kept - torch.arange(len(kept))).contiguous(), "t2d": t2d}
 
 
+# The keys of a Qwen2 layer's config that also describe it as a Llama layer (the rest: sliding-window settings, off in
+# every Qwen2.5 release, and bookkeeping).
+_LLAMA_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_parameters",
+               "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
+_ZERO_O_BIAS = "layers.0.self_attn.o_proj.bias"
+
+
+def as_llama_layer(layer: dict) -> dict:
+    """speculators builds an EAGLE-3 layer from Llama's or Qwen3's classes and vLLM from Llama's; a Qwen2 layer is a
+    Llama layer with q/k/v biases, so its config is written as a Llama one with `attention_bias: true` (which also
+    gives o_proj a bias: `serving_state` stores it as zeros, the same function). Other configs come back as they are."""
+    if layer.get("model_type") != "qwen2":
+        return layer
+    if layer.get("use_sliding_window"):
+        raise ValueError("This Qwen2 target uses sliding-window attention, which a Llama EAGLE-3 layer does not "
+                         "have: the export cannot describe its draft layer. Fix: a target with full attention.")
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(**{k: layer[k] for k in _LLAMA_KEYS if k in layer}, num_hidden_layers=1,
+                         attention_bias=True, mlp_bias=False, architectures=["LlamaForCausalLM"]).to_dict()
+    config.pop("_attn_implementation", None)
+    return config
+
+
 def serving_state(draft) -> dict[str, torch.Tensor]:
     """The draft's weights under the serving layout's names (contiguous copies)."""
     state = {k: v.detach().contiguous().clone() for k, v in draft.state_dict().items()}
     if draft.draft_kind == "medusa":
         state = {_MEDUSA_OURS.sub(r"blocks.\1.layers.\2.", k): v for k, v in state.items()}
+    if draft.draft_kind == "eagle3" and draft.layer_config.model_type == "qwen2":  # written as a Llama layer
+        state[_ZERO_O_BIAS] = torch.zeros(draft.hidden_size, dtype=state["fc.weight"].dtype)
     return state
 
 
@@ -72,6 +100,7 @@ def serving_config(draft, target_name: str, target_architectures: list[str], gam
     layer = draft.layer_config.to_dict()
     layer.pop("_attn_implementation", None)
     if draft.draft_kind == "eagle3":
+        layer = as_llama_layer(layer)
         return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
                 "transformer_layer_config": layer, "draft_vocab_size": int(draft_vocab_size or draft.vocab_size),
                 "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
@@ -129,6 +158,10 @@ def load_feature_draft(folder, target, dtype: torch.dtype | None = None):
     if draft.draft_kind == "medusa":
         state = {re.sub(r"^blocks\.(\d+)\.layers\.(\d+)\.", r"blocks.\1.layers.\2.linear.", k): v for k, v in state.items()}
     state = {k: v for k, v in state.items() if k not in DRAFT_HEAD_KEYS}  # decoding shares the target's head
+    if _ZERO_O_BIAS in state and _ZERO_O_BIAS not in draft.state_dict():  # a Qwen2 layer written as a Llama one
+        if state[_ZERO_O_BIAS].any():
+            raise ValueError(f"{folder}: its layer's o_proj has a nonzero bias, which this draft's layer lacks.")
+        del state[_ZERO_O_BIAS]
     dtype = dtype or target.get_output_embeddings().weight.dtype
     draft.load_state_dict(state, strict=True)
     return draft.to(dtype=dtype, device=target.get_output_embeddings().weight.device).attach(target).eval()

@@ -220,20 +220,25 @@ def test_the_exported_draft_vocabulary_is_the_trained_one():
     assert _export_kept_ids(12, {"draft_vocab": None}) is None  # trained over every id
 
 
-def test_a_qwen2_target_with_attention_biases_starts_as_its_layer_and_keeps_greedy_identity():
-    """Qwen2 layers carry q/k/v biases: the widened projections keep them, the start is still the target's layer,
-    and decoding stays the target's own greedy output."""
+def tiny_qwen2():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=False, initializer_range=0.2)
+                         tie_word_embeddings=False, initializer_range=0.2, rope_theta=1e6)
     qwen = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():
         for layer in qwen.model.layers:
             layer.self_attn.q_proj.bias.normal_()
             layer.self_attn.k_proj.bias.normal_()
+    return qwen
+
+
+def test_a_qwen2_target_with_attention_biases_starts_as_its_layer_and_keeps_greedy_identity():
+    """Qwen2 layers carry q/k/v biases: the widened projections keep them, the start is still the target's layer,
+    and decoding stays the target's own greedy output."""
+    qwen = tiny_qwen2()
     draft = Eagle3Draft.from_target(qwen, aux_layers=[0, 2])
     assert draft.layers[0].self_attn.q_proj.bias is not None
     ids = torch.randint(3, VOCAB, (1, 9))
@@ -245,3 +250,42 @@ def test_a_qwen2_target_with_attention_biases_starts_as_its_layer_and_keeps_gree
     decoded = generate(qwen, draft_proposer(trained_like(Eagle3Draft.from_target(qwen))), PROMPT, 2, 24)
     assert decoded.tokens == greedy(qwen, PROMPT, 24) and sum(s.drafted for s in decoded.steps) > 0
 
+
+
+def test_a_qwen2_layer_is_exported_as_the_llama_layer_that_computes_the_same(tmp_path):
+    """Serving engines build EAGLE-3 layers from Llama's classes: a Qwen2 layer goes out as a Llama config with
+    attention biases and a zero o_proj bias, which computes exactly what the Qwen2 layer does, and loads back."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    from decode.feature_export import as_llama_layer, serving_state
+
+    qwen = tiny_qwen2()
+    llama_config = LlamaConfig(**as_llama_layer(qwen.config.to_dict()))
+    assert llama_config.model_type == "llama" and llama_config.attention_bias and not llama_config.mlp_bias
+    assert llama_config.rope_parameters["rope_theta"] == qwen.config.rope_parameters["rope_theta"]
+    theirs = qwen.model.layers[1]
+    assert isinstance(theirs, Qwen2DecoderLayer)
+    llama = LlamaDecoderLayer(llama_config, layer_idx=0).eval()
+    state = dict(theirs.state_dict(), **{"self_attn.o_proj.bias": torch.zeros(32)})
+    llama.load_state_dict(state, strict=True)
+    x, positions = torch.randn(1, 7, 32), torch.arange(7)[None]
+    rope = LlamaRotaryEmbedding(llama_config)(x, positions)
+    mask = torch.full((7, 7), float("-inf")).triu(1)[None, None]
+    with torch.no_grad():
+        same = [layer(x, attention_mask=mask, position_ids=positions, position_embeddings=rope)
+                for layer in (theirs, llama)]
+    same = [out[0] if isinstance(out, tuple) else out for out in same]
+    assert torch.allclose(same[0], same[1], atol=1e-6)
+
+    draft = trained_like(Eagle3Draft.from_target(qwen, aux_layers=[0, 2]))
+    assert not serving_state(draft)["layers.0.self_attn.o_proj.bias"].any()
+    write_feature_weights(draft, tmp_path, "my/qwen", ["Qwen2ForCausalLM"], gamma=2)
+    (tmp_path / "draftsmith.json").write_text(json.dumps({"draft_kind": "eagle3", "draft_config": draft.config_dict()}))
+    assert json.loads((tmp_path / "config.json").read_text())["transformer_layer_config"]["model_type"] == "llama"
+    runs = [generate(qwen, draft_proposer(d), PROMPT, 2, 12) for d in (draft, load_feature_draft(tmp_path, qwen))]
+    assert runs[0].tokens == runs[1].tokens
+    assert as_llama_layer({"model_type": "llama", "x": 1}) == {"model_type": "llama", "x": 1}  # others: as they are
+    with pytest.raises(ValueError, match="sliding-window"):
+        as_llama_layer(dict(qwen.config.to_dict(), use_sliding_window=True))
