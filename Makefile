@@ -84,10 +84,10 @@ bench-feature: $(STAMP)
 	$(PY) eval/speculate.py drafts=[$(DRAFTS)] domains=[general] $(FEATURE_BENCH) $(ARGS)
 
 # Draft kinds side by side on the Qwen2.5-Coder-1.5B target (docs/feature-drafts.md): the off-the-shelf 0.5B and the
-# exports in DRAFTS (e.g. +experiment=qwen_coder_eagle3's and qwen_coder_medusa's, a standalone recipe's), one fixed
-# gamma for all, greedy and T=1, held-out code prompts; every head cut to the ids the 1.5B writes most in its answers.
+# exports in DRAFTS (e.g. +experiment=qwen_coder_eagle3's and qwen_coder_medusa's, a standalone recipe's), each at
+# gamma 1 and 3, greedy and T=1, held-out code prompts; every head cut to the ids the 1.5B writes most in its answers.
 QWEN_ANSWERS ?= $(HOME)/.cache/draftsmith/generated/qwen25_coder_1_5b/code.jsonl
-FEATURE_QWEN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=auto \
+FEATURE_QWEN_BENCH ?= gamma=[1,3] temperature=[0,1.0] n_prompts=8 max_new_tokens=48 repeats=1 cpu_matmul=auto \
 	'draft_vocab_from={kind: files, path: "$(QWEN_ANSWERS)", format: chat}'
 bench-feature-qwen: $(STAMP)
 	@test -n "$(DRAFTS)" || { echo "DRAFTS=<export>,<export>,... is required: e.g. +experiment=qwen_coder_eagle3's and qwen_coder_medusa's exports"; exit 2; }
