@@ -69,12 +69,14 @@ ADAPTIVE_BENCH ?= proposers=[draft,heuristic,predicted,lookup,lookup+draft,tree,
 bench-adaptive: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/distill/<run>/export (make demo)"; exit 2; }
 	$(PY) eval/speculate.py drafts=[$(DRAFT)] domains=[general,medical,code] $(ADAPTIVE_BENCH) $(ARGS)
-ADAPTIVE_QWEN_BENCH ?= proposers=[draft,predicted,lookup,lookup+draft,tree,dynamic_tree,router] gamma=[3,auto] \
-	temperature=[0] n_prompts=6 max_new_tokens=40 repeats=1 cpu_matmul=auto
+# DRAFT is optional there (without it: the 0.5B alone).
+ADAPTIVE_QWEN_BENCH ?= proposers=[draft,heuristic,predicted,lookup,lookup+draft,tree,dynamic_tree,router] \
+	gamma=[3,auto] confidence_threshold=[0,0.5] temperature=[0] n_prompts=6 max_new_tokens=40 repeats=1 cpu_matmul=auto \
+	draft_quant=int4 'draft_vocab_from={kind: files, path: "$(QWEN_ANSWERS)", format: chat}'
+COMMA := ,
 bench-adaptive-qwen: $(STAMP)
-	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
-		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] domains=[code] $(ADAPTIVE_QWEN_BENCH) $(ARGS)
+		drafts=[embedded:qwen2.5-coder-0.5b-instruct$(if $(DRAFT),$(COMMA)$(DRAFT))] domains=[code] $(ADAPTIVE_QWEN_BENCH) $(ARGS)
 
 # Draft kinds side by side on the 135M target (docs/feature-drafts.md): standalone, Medusa heads, EAGLE-style or EAGLE-3;
 # each at the gamma the cost model picks on the tune prompts (gamma=auto) and at gamma=1, greedy and T=1.
