@@ -251,7 +251,6 @@ def test_a_qwen2_target_with_attention_biases_starts_as_its_layer_and_keeps_gree
     assert decoded.tokens == greedy(qwen, PROMPT, 24) and sum(s.drafted for s in decoded.steps) > 0
 
 
-
 def test_a_qwen2_layer_is_exported_as_the_llama_layer_that_computes_the_same(tmp_path):
     """Serving engines build EAGLE-3 layers from Llama's classes: a Qwen2 layer goes out as a Llama config with
     attention biases and a zero o_proj bias, which computes exactly what the Qwen2 layer does, and loads back."""

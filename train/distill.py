@@ -147,7 +147,8 @@ def reuse_richer_cache(path: Path) -> Path:
         return path
     richer = sorted(p.parent for p in path.parent.glob(f"{path.name}-aux-*/{DONE}"))
     if richer:
-        print(f"teacher=cache: reusing {richer[0]} (an EAGLE-3 cache of the same text holds the final hidden states)")
+        log.info("teacher=cache: reusing %s (an EAGLE-3 cache of the same text holds the final hidden states)",
+                 richer[0])
         return richer[0]
     return path
 
