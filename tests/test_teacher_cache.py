@@ -142,17 +142,15 @@ def test_teacher_cache_settings_fail_clearly(tmp_path, tiny_target_dir, text_fil
 
 
 def test_a_final_state_draft_reuses_a_finished_eagle3_cache_of_the_same_text(tmp_path):
-    from train.distill import reuse_richer_cache
-
     plain = tmp_path / "teacher" / "t" / "data-features"
-    assert reuse_richer_cache(plain) == plain  # nothing cached: build the plain cache
+    assert teacher_cache.reuse_richer_cache(plain) == plain  # nothing cached: build the plain cache
     unfinished = tmp_path / "teacher" / "t" / "data-features-aux-1-2-3"
     unfinished.mkdir(parents=True)
-    assert reuse_richer_cache(plain) == plain  # an interrupted EAGLE-3 cache is not read
+    assert teacher_cache.reuse_richer_cache(plain) == plain  # an interrupted EAGLE-3 cache is not read
     (unfinished / teacher_cache.DONE).write_text("")
-    assert reuse_richer_cache(plain) == unfinished
+    assert teacher_cache.reuse_richer_cache(plain) == unfinished
     other_text = tmp_path / "teacher" / "t" / "other-features"
-    assert reuse_richer_cache(other_text) == other_text  # another text's cache is never read
+    assert teacher_cache.reuse_richer_cache(other_text) == other_text  # another text's cache is never read
     plain.mkdir()
     (plain / teacher_cache.DONE).write_text("")
-    assert reuse_richer_cache(plain) == plain  # its own cache first
+    assert teacher_cache.reuse_richer_cache(plain) == plain  # its own cache first

@@ -107,7 +107,7 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     when it is missing."""
     if cfg.teacher != "cache":
         return None
-    from train.teacher_cache import DONE, cache_aux_layers, cache_kind, default_cache_path
+    from train.teacher_cache import DONE, cache_aux_layers, cache_kind, default_cache_path, reuse_richer_cache
 
     feature = cfg.model.draft.kind in FEATURE_KINDS
     if cfg.teacher_cache:
@@ -135,22 +135,6 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
         raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
                                 "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
     return str(found[-1].parent)
-
-
-def reuse_richer_cache(path: Path) -> Path:
-    """A draft that reads only the final hidden states (Medusa, EAGLE-style) whose cache is missing takes a finished
-    EAGLE-3 cache of the same text instead (`<path>-aux-...`: it holds the final hidden states too) rather than
-    running the target over the text again."""
-    from train.teacher_cache import DONE
-
-    if (path / DONE).is_file():
-        return path
-    richer = sorted(p.parent for p in path.parent.glob(f"{path.name}-aux-*/{DONE}"))
-    if richer:
-        log.info("teacher=cache: reusing %s (an EAGLE-3 cache of the same text holds the final hidden states)",
-                 richer[0])
-        return richer[0]
-    return path
 
 
 def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None) -> str:

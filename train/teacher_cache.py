@@ -46,6 +46,20 @@ def default_cache_path(cache_root: str | os.PathLike, target_slug: str, data_cac
     return Path(cache_root).expanduser() / "teacher" / target_slug / f"{data_cache_name}-{suffix}"
 
 
+def reuse_richer_cache(path: Path) -> Path:
+    """A draft that reads only the final hidden states (Medusa, EAGLE-style) whose cache is missing takes a finished
+    EAGLE-3 cache of the same text instead (`<path>-aux-...`: it holds the final hidden states too) rather than
+    running the target over the text again."""
+    if (path / DONE).is_file():
+        return path
+    richer = sorted(p.parent for p in path.parent.glob(f"{path.name}-aux-*/{DONE}"))
+    if richer:
+        log.info("teacher=cache: reusing %s (an EAGLE-3 cache of the same text holds the final hidden states)",
+                 richer[0])
+        return richer[0]
+    return path
+
+
 def _half(values: torch.Tensor, what: str) -> torch.Tensor:
     peak = values.float().abs().max().item()
     if peak > FP16_MAX:
