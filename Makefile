@@ -64,6 +64,8 @@ bench-qwen: $(STAMP)
 # Every decoding policy side by side (docs/decoder.md), greedy, test prompts, one interleaved run per pair: fixed
 # chains, confidence stop, heuristic and predicted gamma, prompt lookup alone and first, static and dynamic trees,
 # the router (auto-off). DRAFT: an export for the default 135M target; for the Qwen pair, with the off-the-shelf 0.5B.
+# ARGS="policy=auto policy_test=all" adds policy=auto's row: every policy runs on the tune prompts first (twice the
+# time), and the one chosen there is flagged among the test rows (and written into DRAFT's model card).
 ADAPTIVE_BENCH ?= proposers=[draft,heuristic,predicted,lookup,lookup+draft,tree,dynamic_tree,router] \
 	gamma=[1,3,auto] confidence_threshold=[0,0.5] temperature=[0] n_prompts=8 max_new_tokens=64 repeats=1
 bench-adaptive: $(STAMP)

@@ -308,7 +308,10 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     arm, score = choose_policy(tuned)
     log.info("policy=auto: on the tune prompts the best is %s (%.2fx, geometric mean over domains)%s", arm, score,
              "" if score > 1 else ": not above 1, so the policy is none (the target alone)")
-    records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts, only=[arm])
+    every = cfg.get("policy_test", "chosen") == "all"  # all: the test table holds every policy beside the choice
+    records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts,
+                          only=None if every else [arm])
+    records = mark_choice(records, arm)
     kind, name, gamma, threshold = arm
     conditions["policy"] = {
         "proposer": kind if score > 1 else "none", "draft": name, "gamma": gamma, "confidence_threshold": threshold,
@@ -318,8 +321,16 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
         "target": str(cfg.target), "threads": conditions["threads"], "device": conditions["device"],
         "max_new_tokens": cfg.max_new_tokens, "n_prompts": cfg.n_prompts,
         "test": [{k: r[k] for k in ("domain", "temperature", "gamma", "alpha", "tau", "speedup", "speedup_ci")}
-                 for r in records if is_ours(r)]}
+                 for r in records if r.get("policy_auto")]}
     return records
+
+
+def mark_choice(records: list[dict], arm: list) -> list[dict]:
+    """The records of the arm policy=auto chose on the tune prompts, flagged `policy_auto` (with
+    policy_test=all the test run measures every arm, so the choice is one row among the others). Pure."""
+    chosen = tuple(map(str, arm))
+    return [{**r, "policy_auto": True} if is_ours(r) and r.get("arm") is not None
+            and tuple(map(str, r["arm"])) == chosen else r for r in records]
 
 
 def policy_settings(cfg: DictConfig, kind: str):
@@ -542,6 +553,9 @@ def check_eval_config(cfg: DictConfig) -> None:
     if cfg.get("policy") not in (None, "auto"):
         raise ValueError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
                          f"prompts, report it on the test prompts), got {cfg.policy!r}.")
+    if cfg.get("policy_test", "chosen") not in ("chosen", "all"):
+        raise ValueError(f"policy_test must be chosen (the test prompts run the chosen policy alone) or all (every "
+                         f"policy, the choice flagged), got {cfg.policy_test!r}.")
     if cfg.get("policy") == "auto" and cfg.split != "test":
         raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
     features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}

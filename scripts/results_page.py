@@ -69,7 +69,8 @@ def speculate_table(data: dict, labels: dict) -> list[str]:
             gamma += f", stop < {r['confidence_threshold']:g}"
         expected = r.get("hardware_expected_speedup")
         ratio = r["speedup"] / expected if expected and not math.isnan(expected) else None
-        who = row_label(r, labels)
+        who = row_label(r, labels) + (" (**policy=auto's choice**, made on the tune prompts)"
+                                      if r.get("policy_auto") and len(data["records"]) > 1 else "")
         rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {gamma} "
                     f"| {f3(r['alpha'])}{interval(r.get('alpha_ci'), f3)} | {r['tau']:.2f} | {f3(r.get('cost_ratio_c'))} "
                     f"| {r['target_tok_s']:.1f} → {r['spec_tok_s']:.1f} "

@@ -342,6 +342,30 @@ def test_policy_auto_chooses_on_tune_prompts_and_writes_the_policy_into_the_expo
         policy["proposer"]
 
 
+def test_policy_test_all_measures_every_policy_on_test_prompts_and_flags_the_choice(tmp_path, tiny_target_dir,
+                                                                                    tiny_draft_dir):
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,2]", "domains=[code]",
+                                "proposers=[draft,lookup]", "policy=auto", "policy_test=all"))
+    tuned = json.loads((tmp_path / "eval" / "tune" / "results.json").read_text())["records"]
+    assert {r["split"] for r in records} == {"test"} and len(records) == len(tuned) == 4  # every policy, test prompts
+    chosen = [r for r in records if r.get("policy_auto")]
+    assert len(chosen) == 1 and chosen[0]["arm"] == max(tuned, key=lambda r: r["speedup"])["arm"]
+    saved = json.loads((tmp_path / "eval" / "results.json").read_text())["records"]
+    assert [r.get("policy_auto", False) for r in saved] == [r.get("policy_auto", False) for r in records]
+
+
+def test_mark_choice_flags_only_the_chosen_arms_records():
+    from eval.speculate import mark_choice
+
+    recs = [{"arm": ["draft", "d", "auto", 0.5], "proposer": "draft", "domain": "code"},
+            {"arm": ["draft", "d", 3, 0.0], "proposer": "draft", "domain": "code"},
+            {"arm": ["draft", "d", "auto", 0.5], "proposer": "draft", "domain": "general"},
+            {"proposer": "transformers lookup", "domain": "code"}]
+    marked = mark_choice(recs, ["draft", "d", "auto", 0.5])
+    assert [bool(r.get("policy_auto")) for r in marked] == [True, False, True, False]
+    assert "policy_auto" not in recs[0]  # pure
+
+
 def test_choose_policy_takes_the_best_geometric_mean_over_cells():
     from eval.speculate import choose_policy
 
@@ -357,6 +381,7 @@ def test_choose_policy_takes_the_best_geometric_mean_over_cells():
 
 @pytest.mark.parametrize("extra,match", [("proposers=[beam]", "proposers must be"),
                                          ("policy=best", "policy must be"),
+                                         ("policy=auto policy_test=some", "policy_test must be"),
                                          ("lookup.min_n=0", "min_n <= max_n"),
                                          ("proposers=[tree] temperature=[0,1.0]", "greedily only"),
                                          ("proposers=[dynamic_tree] compile=true", "dynamic KV caches"),
