@@ -1,6 +1,7 @@
 """The documentation a newcomer reads: every relative link resolves, the README stays an entrance (size), and the
 generated results pages match the result files they are rendered from."""
 
+import json
 import re
 import subprocess
 import sys
@@ -63,3 +64,32 @@ def test_results_renderer_refuses_a_result_without_its_command(tmp_path, monkeyp
     monkeypatch.setattr(results_page, "BENCH", bench)
     with pytest.raises(SystemExit, match="missing 'command'"):
         results_page.load_results()
+
+
+def test_policy_table_has_one_row_per_policy_in_every_run_and_one_column_per_pair_and_domain(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.pop(0)
+
+    def rec(arm, domain, speedup):
+        return {"arm": arm, "domain": domain, "speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1]}
+
+    runs = []
+    for name, domains, extra in (("a", ["general", "code"], [["tree", "d", 4, 0.0]]), ("b", ["code"], [])):
+        folder = tmp_path / "decoding" / name
+        folder.mkdir(parents=True)
+        arms = [["draft", "d", 3, 0.0], ["draft", "d", "auto", 0.0], ["router", None, 6, 0.0]] + extra
+        records = [rec(arm, d, 1.0 + i / 10) for d in domains for i, arm in enumerate(arms)]
+        (folder / "results.json").write_text(json.dumps({"records": records}))
+        runs.append({"dir": folder, "topic": "decoding", "commit": "abc", "policies": f"pair {name}",
+                     "files": {"results.json": "speculate"}})
+    block = results_page.policies_block(runs, {})
+    table = [line for line in block.splitlines() if line.startswith("|")]
+    assert table[0] == "| policy | pair a, general | pair a, code | pair b, code |"
+    body = table[2:]
+    assert len(body) == 3  # the tree ran in one pair only: not a row
+    assert body[0].startswith("| chain, gamma=auto | 1.10x [1.00, 1.20] |")
+    assert body[1].startswith("| chain, γ=3 | 1.00x [0.90, 1.10] |") and body[2].startswith("| router (")
+    assert block.startswith(results_page.P_START) and block.endswith(results_page.P_END)
