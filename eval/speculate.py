@@ -556,6 +556,9 @@ def check_eval_config(cfg: DictConfig) -> None:
     if cfg.get("policy_test", "chosen") not in ("chosen", "all"):
         raise ValueError(f"policy_test must be chosen (the test prompts run the chosen policy alone) or all (every "
                          f"policy, the choice flagged), got {cfg.policy_test!r}.")
+    if cfg.get("policy_test", "chosen") == "all" and cfg.get("policy") != "auto":
+        raise ValueError("policy_test=all lays policy=auto's choice beside every other policy; without policy=auto "
+                         "every policy already runs on the test prompts. Fix: add policy=auto, or drop policy_test.")
     if cfg.get("policy") == "auto" and cfg.split != "test":
         raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
     features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}

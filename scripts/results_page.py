@@ -70,7 +70,7 @@ def speculate_table(data: dict, labels: dict) -> list[str]:
             "| realized / expected | greedy identical |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["records"]:
         gamma = str(r.get("gamma_setting", r["gamma"]))
-        if r.get("confidence_threshold"):
+        if r.get("confidence_threshold") and "stop" not in gamma:  # gamma=auto's label names its stop already
             gamma += f", stop < {r['confidence_threshold']:g}"
         expected = r.get("hardware_expected_speedup")
         ratio = r["speedup"] / expected if expected and not math.isnan(expected) else None

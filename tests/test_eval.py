@@ -382,6 +382,7 @@ def test_choose_policy_takes_the_best_geometric_mean_over_cells():
 @pytest.mark.parametrize("extra,match", [("proposers=[beam]", "proposers must be"),
                                          ("policy=best", "policy must be"),
                                          ("policy=auto policy_test=some", "policy_test must be"),
+                                         ("policy_test=all", "add policy=auto"),
                                          ("lookup.min_n=0", "min_n <= max_n"),
                                          ("proposers=[tree] temperature=[0,1.0]", "greedily only"),
                                          ("proposers=[dynamic_tree] compile=true", "dynamic KV caches"),
