@@ -279,6 +279,11 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     return records
 
 
+def arm_key(arm: list) -> tuple:
+    """An arm (proposer, draft, gamma as asked, threshold) as a hashable key, equal across a JSON round trip."""
+    return tuple(map(str, arm))
+
+
 def choose_policy(records: list[dict]) -> tuple[list, float]:
     """The arm (proposer, draft, gamma as asked, threshold) with the highest geometric mean speedup over the
     (domain, temperature) cells these records cover, among arms measured in all of them, and that mean. Pure."""
@@ -286,7 +291,7 @@ def choose_policy(records: list[dict]) -> tuple[list, float]:
     by_arm: dict[tuple, list[float]] = {}
     for r in records:
         if is_ours(r) and r.get("arm") is not None:
-            by_arm.setdefault(tuple(map(str, r["arm"])), []).append(r)
+            by_arm.setdefault(arm_key(r["arm"]), []).append(r)
     scored = [(math.exp(sum(math.log(max(r["speedup"], 1e-9)) for r in rs) / len(rs)), rs[0]["arm"])
               for rs in by_arm.values() if len(rs) == len(cells)]
     if not scored:
@@ -317,7 +322,7 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
         "proposer": kind if score > 1 else "none", "draft": name, "gamma": gamma, "confidence_threshold": threshold,
         "candidate": {"proposer": kind, "draft": name, "gamma": gamma, "confidence_threshold": threshold},
         "settings": policy_settings(cfg, kind), "auto_off": bool(cfg.get("auto_off")) or kind == ROUTER,
-        "tune_speedup_geomean": score, "tune_policies": len({tuple(map(str, r["arm"])) for r in tuned if is_ours(r)}),
+        "tune_speedup_geomean": score, "tune_policies": len({arm_key(r["arm"]) for r in tuned if is_ours(r)}),
         "target": str(cfg.target), "threads": conditions["threads"], "device": conditions["device"],
         "max_new_tokens": cfg.max_new_tokens, "n_prompts": cfg.n_prompts,
         "test": [{k: r[k] for k in ("domain", "temperature", "gamma", "alpha", "tau", "speedup", "speedup_ci")}
@@ -328,9 +333,8 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
 def mark_choice(records: list[dict], arm: list) -> list[dict]:
     """The records of the arm policy=auto chose on the tune prompts, flagged `policy_auto` (with
     policy_test=all the test run measures every arm, so the choice is one row among the others). Pure."""
-    chosen = tuple(map(str, arm))
     return [{**r, "policy_auto": True} if is_ours(r) and r.get("arm") is not None
-            and tuple(map(str, r["arm"])) == chosen else r for r in records]
+            and arm_key(r["arm"]) == arm_key(arm) else r for r in records]
 
 
 def policy_settings(cfg: DictConfig, kind: str):

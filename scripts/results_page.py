@@ -49,16 +49,21 @@ def draft_label(path: str, labels: dict) -> str:
     return "/".join(Path(str(path)).parts[-2:])
 
 
+def number(v, spec: str) -> str:
+    """`v` formatted with `spec` (".3f", ".2f" or ".2f" plus a suffix in the callers), "–" when missing."""
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
 def f3(v) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+    return number(v, ".3f")
 
 
 def f2(v) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+    return number(v, ".2f")
 
 
 def fx(v) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}x"
+    return number(v, ".2f") + ("" if v is None or (isinstance(v, float) and math.isnan(v)) else "x")
 
 
 def interval(ci, fmt) -> str:
@@ -286,7 +291,7 @@ def policy_label(key: tuple) -> str:
     return ", ".join(p for p in (POLICY_NAMES[kind], setting, stop) if p)
 
 
-def policies_block(results: list[dict], labels: dict) -> str:
+def policies_block(results: list[dict]) -> str:
     """The README's policy comparison: one row per decoding policy measured in every result whose meta.json names a
     `policies` column prefix (one per target pair), one column per (pair, domain): speedup over target-only with
     its interval. Every row of a column comes from one interleaved run."""
@@ -296,13 +301,10 @@ def policies_block(results: list[dict], labels: dict) -> str:
     columns, cells, keys = [], {}, None
     for m in runs:
         data = json.loads((m["dir"] / next(n for n, k in m["files"].items() if k == "speculate")).read_text())
-        mine = {policy_key(r["arm"]) for r in data["records"] if r.get("arm")}
-        keys = mine if keys is None else keys & mine
-        for d in dict.fromkeys(r["domain"] for r in data["records"]):
-            columns.append((m["policies"], d))
-        for r in data["records"]:
-            if r.get("arm"):
-                cells[(policy_key(r["arm"]), m["policies"], r["domain"])] = r
+        columns += [(m["policies"], d) for d in dict.fromkeys(r["domain"] for r in data["records"])]
+        mine = {(policy_key(r["arm"]), m["policies"], r["domain"]): r for r in data["records"] if r.get("arm")}
+        cells.update(mine)
+        keys = {k for k, _, _ in mine} if keys is None else keys & {k for k, _, _ in mine}
     ordered = sorted(keys, key=lambda k: (POLICY_ORDER.index(k[0]), k[1] != "auto", k[1], k[2]))
     rows = ["| policy | " + " | ".join(f"{p}, {d}" for p, d in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for k in ordered:
@@ -335,16 +337,19 @@ def gpu_lines(results: list[dict], labels: dict) -> list[str]:
     return lines
 
 
+def replace_block(text: str, start: str, end: str, block: str) -> str:
+    """`text` with the span from `start` to `end` (markers included) replaced by `block`; unchanged without them."""
+    if start not in text or end not in text:
+        return text
+    return text[:text.index(start)] + block + text[text.index(end) + len(end):]
+
+
 def render_all() -> dict[Path, str]:
     labels = json.loads((BENCH / "drafts.json").read_text())
     results = load_results()
     readme = (ROOT / "README.md").read_text()
-    if START in readme and END in readme:
-        a, b = readme.index(START), readme.index(END) + len(END)
-        readme = readme[:a] + readme_block(results, labels) + readme[b:]
-    if P_START in readme and P_END in readme:
-        a, b = readme.index(P_START), readme.index(P_END) + len(P_END)
-        readme = readme[:a] + policies_block(results, labels) + readme[b:]
+    readme = replace_block(readme, START, END, readme_block(results, labels))
+    readme = replace_block(readme, P_START, P_END, policies_block(results))
     return {DOCS / "results.md": results_page(results, labels), BENCH / "README.md": bench_index(results),
             ROOT / "README.md": readme}
 

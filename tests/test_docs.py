@@ -85,7 +85,7 @@ def test_policy_table_has_one_row_per_policy_in_every_run_and_one_column_per_pai
         (folder / "results.json").write_text(json.dumps({"records": records}))
         runs.append({"dir": folder, "topic": "decoding", "commit": "abc", "policies": f"pair {name}",
                      "files": {"results.json": "speculate"}})
-    block = results_page.policies_block(runs, {})
+    block = results_page.policies_block(runs)
     table = [line for line in block.splitlines() if line.startswith("|")]
     assert table[0] == "| policy | pair a, general | pair a, code | pair b, code |"
     body = table[2:]

@@ -454,9 +454,11 @@ def train(cfg: DictConfig) -> dict:
         log.info("export:     %s  (%s)", summary["export"], "a feature draft: eval/speculate.py and serving engines "
                  "load it next to its target" if cfg.model.draft.kind in FEATURE_KINDS
                  else "load with AutoModelForCausalLM.from_pretrained")
-        if spec_eval is None:  # nothing decoded during training: say how to measure the export
-            log.info("next:       python eval/speculate.py target=%s drafts=[%s] update_card=true  (alpha, speedup; "
-                     "fills the model card)", cfg.model.target.name_or_path, summary["export"])
+        log.info("next:       python eval/speculate.py target=%s drafts=[%s] gamma=auto update_card=true  (alpha, "
+                 "speedup on held-out prompts; fills the model card); every decoding policy side by side: %s",
+                 cfg.model.target.name_or_path, summary["export"],
+                 f"make bench-adaptive DRAFT={summary['export']}" if cfg.model.target.name_or_path
+                 == "embedded:smollm2-135m-instruct" else "docs/decoder.md")
     cached = f", {cache_seconds:.0f} s of it finding or building the teacher cache" if teacher_cache else ""
     log.info("summary:    %s  (%.0f s%s, peak memory %.1f GB: this process's maximum resident set)",
              output_dir / "summary.json", summary["seconds"], cached, peak_rss_gb())
