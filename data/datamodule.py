@@ -166,7 +166,7 @@ class DistillDataModule(L.LightningDataModule):
             log.info("data: %d train blocks, %d val blocks of %d tokens", len(self.train_set), len(self.val_set),
                      self.block_size)
             if self.teacher_cache:  # the target's cached top-k rides along with each block
-                from train.teacher_cache import load_cache
+                from data.teacher_cache_files import load_cache
 
                 self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set)))
                 self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set)))

@@ -10,48 +10,13 @@ import functools
 import json
 import logging
 import random
-import re
 from pathlib import Path
 from typing import Iterator
 
-from data.corpora import icd10_categories, hpo_terms, held_out, HPO_EVERY, ICD_EVERY, stdlib_files
+from data.corpus_prompts import code_prompts, medical_prompts
+from data.prompts import reserved_prompts
 
 log = logging.getLogger("draftsmith.generated")
-_FIRST_SENTENCE = re.compile(r"^(.{20,200}?[.!?])(\s|$)", re.S)
-
-
-def _first_sentence(text: str) -> str | None:
-    m = _FIRST_SENTENCE.match(" ".join(text.split()))
-    return m.group(1) if m else None
-
-
-def medical_prompts(evaluation: bool = False) -> Iterator[str]:
-    """Questions about HPO terms and ICD-10-CM categories: the training side's, or (evaluation=True) the held-out
-    items' (data/corpora.py held_out)."""
-    templates = ["What is {}?", "Explain {} in simple terms.", "What are the typical signs of {}?",
-                 "How would a doctor describe {} to a patient?"]
-    i = 0
-    for name, _ in hpo_terms():  # the template rotates over the side's terms
-        if held_out(name, HPO_EVERY) == evaluation:
-            yield templates[i % len(templates)].format(name.strip().lower())
-            i += 1
-    for code, name, _ in icd10_categories():
-        if name and held_out(code, ICD_EVERY) == evaluation:
-            yield f"Describe the condition '{name}' (ICD-10-CM {code}): causes, symptoms and treatment."
-
-
-def code_prompts(evaluation: bool = False) -> Iterator[str]:
-    """"Write a Python function `name(args)`. <first docstring sentence>" for the standard library's public
-    top-level functions: the training side's modules, or (evaluation=True) the held-out ones."""
-    for path in stdlib_files(evaluation):
-        try:
-            source = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        for m in re.finditer(r'^def (\w+)\(([^)]*)\):\n\s+"""(.+?)"""', source, re.M | re.S):
-            name, args, doc = m.group(1), " ".join(m.group(2).split()), _first_sentence(m.group(3))
-            if doc and not name.startswith("_"):
-                yield f"Write a Python function `{name}({args})`. {doc}"
 
 
 # Everyday topics for general chat prompts (training). The evaluation prompts (data/prompts.py) use other topics
@@ -135,8 +100,6 @@ def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
 def candidate_prompts(domain: str) -> tuple[str, ...]:
     """Every distinct training prompt of `domain`, in corpus order (read once per process: the medical corpora take
     seconds to parse). Built from the training side of the corpora; any evaluation prompt is dropped as well."""
-    from data.prompts import reserved_prompts  # data/prompts.py builds its sets with this module's templates
-
     reserved = reserved_prompts()
     return tuple(p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in reserved)
 

@@ -19,6 +19,8 @@ import logging
 import random
 from pathlib import Path
 
+from data.corpus_prompts import code_prompts, medical_prompts  # held-out items, the training prompts' templates
+
 log = logging.getLogger("draftsmith.prompts")
 SPLITS = ("tune", "test")
 DOMAINS = ("general", "medical", "code")
@@ -91,8 +93,6 @@ def general_evaluation() -> list[str]:
 @functools.lru_cache(maxsize=None)
 def evaluation_prompts(domain: str) -> tuple[str, ...]:
     """Every evaluation prompt of a built-in domain (both splits), deterministically shuffled."""
-    from data.generated import code_prompts, medical_prompts  # the training prompts' templates, held-out items
-
     built = {"general": general_evaluation, "medical": lambda: medical_prompts(evaluation=True),
              "code": lambda: code_prompts(evaluation=True)}
     if domain not in built:

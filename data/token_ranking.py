@@ -1,6 +1,6 @@
 """Which token ids a cut draft head keeps: the ids most frequent in the text the target writes in the domain.
 
-On CPU the draft's LM head is cut to N ids (decode/draft_vocab.py): the draft can never propose another token, so
+On CPU the draft's LM head is cut to N ids (decode/drafts/draft_vocab.py): the draft can never propose another token, so
 every target token outside the kept ids is a rejection. Keeping the lowest N ids (the default) covers a tokenizer's
 common merges; keeping the N ids most frequent in domain text covers more of what the target actually writes. Both
 training (`model.draft.train_vocab_from`, train/train_vocab.py) and decoding (`eval/speculate.py draft_vocab_from=`,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from decode.draft_vocab import rank_tokens
+import torch
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # in an export: the ranking the draft was trained with
 
@@ -76,3 +76,13 @@ def head_ranking(saved: list[int] | None, ranking: list[int] | None) -> tuple[li
     if saved:
         return saved, "draft_vocab.json: the ids it trained over"
     return (ranking, "draft_vocab_from") if ranking else (None, None)
+
+
+def rank_tokens(token_ids, vocab_size: int) -> list[int]:
+    """The ids that occur in `token_ids`, most frequent first (ties: the lower id first)."""
+    ids = torch.as_tensor(list(token_ids), dtype=torch.long)
+    ids = ids[(ids >= 0) & (ids < vocab_size)]
+    counts = torch.bincount(ids, minlength=vocab_size)
+    seen = torch.nonzero(counts).flatten()
+    order = sorted(seen.tolist(), key=lambda i: (-int(counts[i]), i))
+    return order

@@ -28,10 +28,10 @@ import torch
 from omegaconf import DictConfig
 
 from data.prompts import encode_prompt, load_prompts
-from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
-from decode.metrics import by_entropy
-from decode.sampling import acceptance_probability, logits_to_probs
-from decode.runtime import setup_cpu
+from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
+from decode.core.metrics import by_entropy
+from decode.core.sampling import acceptance_probability, logits_to_probs
+from decode.kernels.runtime import setup_cpu
 from eval.report import PARTIAL, grid_progress, partial_on_error, write_partial
 
 log = logging.getLogger("draftsmith.acceptance")
@@ -120,7 +120,7 @@ def score(target, drafts: dict, sequences: list[tuple[list[int], list[int]]], te
 
 
 def load_models(cfg: DictConfig):
-    from decode.feature_export import feature_kind_of
+    from decode.drafts.feature_export import feature_kind_of
 
     features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
     if features:

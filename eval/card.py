@@ -12,9 +12,9 @@ from pathlib import Path
 
 
 def _layout(e: dict) -> str:
-    """The CPU matmul layout the decoder used (decode/fast_linear.py), whether the draft ran with int8 weights
-    (decode/quantize.py) or a head over part of the vocabulary (decode/draft_vocab.py) and whether passes were
-    compiled (decode/compiled.py), where recorded."""
+    """The CPU matmul layout the decoder used (decode/kernels/fast_linear.py), whether the draft ran with int8 weights
+    (decode/drafts/quantize.py) or a head over part of the vocabulary (decode/drafts/draft_vocab.py) and whether passes were
+    compiled (decode/kernels/compiled.py), where recorded."""
     which = "the" if e.get("draft_vocab_order") == "frequency" else "the first"
     most = f" most frequent in the domain's text ({e.get('draft_vocab_ranked_by') or 'draft_vocab_from'})" \
         if which == "the" else ""
@@ -105,7 +105,7 @@ def serving_target_of(target: str) -> tuple[str, str]:
     """(the model id the serving snippets load, a caveat sentence or ''). An embedded target was measured as its
     quantized GGUF dequantized to fp32; serving engines load the original weights from the Hub, which are not the
     weights measured, so the card says so."""
-    from decode.embedded import PREFIX, REGISTRY
+    from decode.models.embedded import PREFIX, REGISTRY
 
     spec = REGISTRY.get(target[len(PREFIX):]) if target.startswith(PREFIX) else None
     if spec is None or not spec.hub_original:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decode.speculative import SamplingParams
+from decode.core.speculative import SamplingParams
 
 ASSISTED, LOOKUP = "transformers assisted", "transformers lookup"  # the records' proposer names
 DEFAULT_LOOKUP_TOKENS = 10  # transformers documents prompt_lookup_num_tokens=10 as the usual choice
@@ -34,8 +34,8 @@ class HFGeneration:
 
 @contextmanager
 def stock_linears(model):
-    """Within the block, every decode/fast_linear.py layer of `model` runs as torch's nn.Linear (restored after)."""
-    from decode.fast_linear import FastLinear
+    """Within the block, every decode/kernels/fast_linear.py layer of `model` runs as torch's nn.Linear (restored after)."""
+    from decode.kernels.fast_linear import FastLinear
 
     swapped = [m for m in model.modules() if isinstance(m, FastLinear)]
     try:

@@ -53,7 +53,7 @@ def weights_hash(folder: str | Path) -> str | None:
 def target_weights(name_or_path: str) -> dict:
     """The exact weights behind a target name: an embedded model's GGUF sha256 (and the original weights' Hub id,
     which serving engines load and which are NOT these weights), or a local folder's weights hash, or a Hub id."""
-    from decode.embedded import PREFIX, REGISTRY
+    from decode.models.embedded import PREFIX, REGISTRY
 
     if name_or_path.startswith(PREFIX):
         spec = REGISTRY[name_or_path[len(PREFIX):]]

@@ -45,7 +45,7 @@ def cost_model_plot(records: list[dict], costs: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from decode.metrics import hardware_speedup
+    from decode.core.metrics import hardware_speedup
 
     c = next(iter(costs.values()))
     alphas = [i / 100 for i in range(100)]

@@ -25,33 +25,34 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from decode.compiled import compile_mode, compiled_decoding, run_length
-from decode.costs import decoding_context, measure_costs
+from decode.kernels.compiled import compile_mode, compiled_decoding, run_length
+from decode.core.costs import decoding_context, measure_costs
 from data.token_ranking import head_ranking, rank_source, saved_ranking
-from decode.draft_vocab import restrict_vocab
-from decode.eagle_tree import EagleTreeProposer
-from decode.feature_decoding import MedusaTreeProposer, draft_proposer
-from decode.feature_drafts import is_feature_draft
-from decode.feature_export import feature_kind_of
-from decode.fast_linear import fast_cpu_linears
-from decode.quantize import quantize_draft, weights_label
-from decode.replay import best_rule, draft_positions
+from decode.drafts.draft_vocab import restrict_vocab
+from decode.proposers.eagle_tree import EagleTreeProposer
+from decode.proposers.feature_decoding import MedusaTreeProposer, draft_proposer
+from decode.drafts.feature_drafts import is_feature_draft
+from decode.drafts.feature_export import feature_kind_of
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.drafts.quantize import quantize_draft, weights_label
+from decode.core.replay import best_rule, draft_positions
 from eval.card import best_by_domain, write_card, write_policy
 from eval.tracking import log_eval_to_wandb
-from decode.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
-from decode.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
+from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
+from decode.core.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
                             replayed_speedup, theoretical_speedup)
-from decode.ngram import LookupThenDraftProposer, PromptLookupProposer
-from decode.predict_gamma import SurvivalStop, fit_calibration
-from decode.router import Option, RouterProposer, with_auto_off
-from decode.schedule import HeuristicGammaProposer
-from decode.tree import TreeProposer, static_tree
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
-from decode.stats import bootstrap_speedup_ci, ratio_alpha_ci, ratio_of_sums_speedup
+from decode.proposers.ngram import LookupThenDraftProposer, PromptLookupProposer
+from decode.proposers.predict_gamma import SurvivalStop, fit_calibration
+from decode.proposers.router import Option, RouterProposer, with_auto_off
+from decode.proposers.schedule import HeuristicGammaProposer
+from decode.core.trees import static_tree
+from decode.proposers.tree import TreeProposer
+from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
+from decode.core.stats import bootstrap_speedup_ci, ratio_alpha_ci, ratio_of_sums_speedup
 from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, hf_assisted, hf_lookup
 from eval.provenance import provenance
 from eval.timing import Arm, timed_interleaved
-from decode.runtime import setup_cpu
+from decode.kernels.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 from eval.report import grid_progress, markdown_table, partial_on_error, short, write_partial, write_report
 
@@ -112,7 +113,7 @@ def expected_speedups(steps, alpha: float, gamma: int, threshold: float, costs: 
     """(Leviathan's theoretical, hardware-aware expected) speedup. Fixed-length drafts: from alpha (i.i.d.) and
     gamma. Drafts of varying length (stopped by a confidence threshold, or from prompt lookup, which drafts only
     where it finds a match and costs no model step) are priced by the cost model replayed on the steps that ran
-    (decode/metrics.py replayed_speedup): flat target passes and c for the first, measured ones."""
+    (decode/core/metrics.py replayed_speedup): flat target passes and c for the first, measured ones."""
     if math.isnan(alpha):
         return float("nan"), float("nan")
     if threshold > 0 or proposer != "draft":
@@ -360,7 +361,7 @@ def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos, tune: dict | 
 
 
 def predicted_stop(draft, tune: dict, costs: dict) -> SurvivalStop:
-    """Per-step gamma predicted from the draft's confidence (decode/predict_gamma.py): the calibration of its
+    """Per-step gamma predicted from the draft's confidence (decode/proposers/predict_gamma.py): the calibration of its
     confidence against the target's acceptance, fitted on the tune prompts' greedy paths, and the measured costs."""
     calibration = fit_calibration(draft_positions(draft, tune["prompts"], tune["greedy"]))
     return SurvivalStop(calibration, costs["draft_step_s"], costs["target_pass_s"])
@@ -427,7 +428,7 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
         return draft_proposer(draft, threshold)
     if kind == "heuristic":
         return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
-    if kind in TREES:  # feature drafts grow their own trees (decode/feature_decoding.py, decode/eagle_tree.py)
+    if kind in TREES:  # feature drafts grow their own trees (decode/proposers/feature_decoding.py, decode/proposers/eagle_tree.py)
         make = {"medusa": MedusaTreeProposer, "eagle": EagleTreeProposer, "eagle3": EagleTreeProposer}.get(
             getattr(draft, "draft_kind", None), TreeProposer)
         if kind == "tree":
@@ -471,7 +472,7 @@ def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:
 def choose_auto(cfg: DictConfig, target, draft, tune: dict, params, eos, costs: dict) -> tuple:
     """gamma=auto: (gamma, confidence_threshold, label, expected speedup), chosen on the tune prompts (`tune_set`)
     only. Greedy: every gamma in 1..max_auto_gamma and every threshold asked for, replayed on the target's greedy
-    path (decode/replay.py: exact acceptance, one teacher-forced draft pass per prompt). Sampling: a gamma=4 pilot
+    path (decode/core/replay.py: exact acceptance, one teacher-forced draft pass per prompt). Sampling: a gamma=4 pilot
     for alpha, then the cost model's expected speedup per gamma for i.i.d. acceptance. Either way the simplest rule
     within `auto_tolerance` of the best expected one. A feature draft (Medusa, EAGLE-style) always takes the pilot
     route (its replay is not built), so no threshold is chosen for it."""

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from decode.speculative import Proposer, SamplingParams, generate
+from decode.core.speculative import Proposer, SamplingParams, generate
 
 
 @dataclass

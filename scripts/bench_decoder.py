@@ -2,8 +2,8 @@
 speculative decoder, and transformers' generate() alone and with assistant_model=draft (and, with
 prompt_lookup=true, both decoders' prompt lookup: no draft model).
 
-Ours runs with the small-batch CPU matmul layout of decode/fast_linear.py (`cpu_matmul`), a draft whose LM head keeps
-the first `draft_vocab` token ids (decode/draft_vocab.py) and, on CPU, int8 draft weights (decode/quantize.py,
+Ours runs with the small-batch CPU matmul layout of decode/kernels/fast_linear.py (`cpu_matmul`), a draft whose LM head keeps
+the first `draft_vocab` token ids (decode/drafts/draft_vocab.py) and, on CPU, int8 draft weights (decode/drafts/quantize.py,
 `draft_quant`); transformers runs stock, as a user gets it, and once more with all three in place
 (`hf_assisted_our_kernels`), which separates what those kernels buy from what the decoding loop buys.
 
@@ -12,8 +12,8 @@ the first `draft_vocab` token ids (decode/draft_vocab.py) and, on CPU, int8 draf
 Prints tokens/s (median of `repeats` interleaved passes after a warm-up), speedups, whether outputs are identical to
 the target's own greedy output and our speculative runs' acceptance rate alpha; saves JSON to `out`. With an int8
 draft, `ours_speculative_float_draft` shows in the same run what quantizing the draft changed, and with the draft's
-head cut to `draft_vocab` ids (decode/draft_vocab.py), `ours_speculative_full_head` what that changed. With
-`compile=true`, `ours_*_compiled` run our decoder again on static KV caches with compiled passes (decode/compiled.py;
+head cut to `draft_vocab` ids (decode/drafts/draft_vocab.py), `ours_speculative_full_head` what that changed. With
+`compile=true`, `ours_*_compiled` run our decoder again on static KV caches with compiled passes (decode/kernels/compiled.py;
 CUDA graphs on a GPU); the warm-up pass compiles them.
 """
 
@@ -29,15 +29,15 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from decode.compiled import CompiledDecoding, run_length
-from decode.draft_vocab import restrict_vocab
-from decode.fast_linear import fast_cpu_linears, plan_for
-from decode.quantize import quantize_draft
-from decode.metrics import acceptance
-from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
-from decode.ngram import PromptLookupProposer
-from decode.speculative import DraftModelProposer, NoProposer, generate
-from decode.runtime import setup_cpu
+from decode.kernels.compiled import CompiledDecoding, run_length
+from decode.drafts.draft_vocab import restrict_vocab
+from decode.kernels.fast_linear import fast_cpu_linears, plan_for
+from decode.drafts.quantize import quantize_draft
+from decode.core.metrics import acceptance
+from decode.models.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
+from decode.proposers.ngram import PromptLookupProposer
+from decode.core.speculative import DraftModelProposer, NoProposer, generate
+from decode.kernels.runtime import setup_cpu
 from eval.hf_arms import constant_gamma, hf_generate
 from data.prompts import encode_prompt, load_prompts
 
@@ -54,7 +54,7 @@ def ours(target, draft, gamma, steps: list | None = None, threshold: float = 0.0
 
 
 def ours_lookup(target, gamma, min_n: int, max_n: int, steps: list | None = None):
-    """Our decoder with prompt lookup (decode/ngram.py): no draft model."""
+    """Our decoder with prompt lookup (decode/proposers/ngram.py): no draft model."""
     vocab = target.get_output_embeddings().weight.shape[0]
 
     def run(prompt, max_new, eos):
@@ -85,7 +85,7 @@ def hf(target, draft, gamma, threshold: float = 0.0):
 
 
 def with_layout(run, models, max_rows: int, mode: str):
-    """`run` with decode/fast_linear.py's matmul layout in place for the models (timed plans are cached)."""
+    """`run` with decode/kernels/fast_linear.py's matmul layout in place for the models (timed plans are cached)."""
     def wrapped(prompt, max_new, eos):
         with fast_cpu_linears(models, max_rows, mode):
             return run(prompt, max_new, eos)
@@ -93,7 +93,7 @@ def with_layout(run, models, max_rows: int, mode: str):
 
 
 def with_compiled(run, session: CompiledDecoding):
-    """`run` with decode/compiled.py's static caches and compiled passes (one session: caches kept between runs)."""
+    """`run` with decode/kernels/compiled.py's static caches and compiled passes (one session: caches kept between runs)."""
     def wrapped(prompt, max_new, eos):
         with session.active():
             return run(prompt, max_new, eos)
@@ -196,7 +196,7 @@ def bench(cfg: DictConfig) -> dict:
                 if "ours_speculative_compiled" in results else None)
     if compiled is not None:
         print(f"ours_speculative_compiled / hf_assisted = {compiled:.2f}x   (static caches + torch.compile, "
-              f"decode/compiled.py)")
+              f"decode/kernels/compiled.py)")
     if same is not None:
         print(f"ours_speculative / hf_assisted_our_kernels = {same:.2f}x   (both with the target's layouts by row "
               f"count {layout['target']['layout']}, draft int8: {quant['quantized']}, draft head: "

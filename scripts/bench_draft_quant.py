@@ -4,7 +4,7 @@
         drafts=[embedded:qwen2.5-coder-0.5b-instruct] domains=[code]
 
 For every held-out prompt the target writes its greedy continuation once; then each weight format of each draft
-(decode/quantize.py, the draft's head cut as eval/speculate.py cuts it) is judged on that same path:
+(decode/drafts/quantize.py, the draft's head cut as eval/speculate.py cuts it) is judged on that same path:
 - agreement: how often the draft's top-1 token, given the target's own prefix, is the target's next token: greedy
   decoding's per-token acceptance on the target's path (each prompt's counts; interval across prompts);
 - c: a draft step's cost over a target step's, both timed at the prompt's length halfway through decoding, every
@@ -26,16 +26,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.prompts import encode_prompt, load_prompts
 from data.token_ranking import head_ranking, rank_source, saved_ranking
-from decode.costs import cached_pass, decoding_context, seconds_in_turns
-from decode.draft_vocab import restrict_vocab
-from decode.fast_linear import fast_cpu_linears
-from decode.feature_export import feature_kind_of
-from decode.loading import load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
-from decode.metrics import hardware_speedup
-from decode.quantize import MODES, quantize_draft, weights_label
-from decode.runtime import setup_cpu
-from decode.speculative import NoProposer, generate
-from decode.stats import percentile_interval, ratio_alpha_ci
+from decode.core.costs import cached_pass, decoding_context
+from decode.kernels.timing import seconds_in_turns
+from decode.drafts.draft_vocab import restrict_vocab
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.drafts.feature_export import feature_kind_of
+from decode.models.loading import load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
+from decode.core.metrics import hardware_speedup
+from decode.drafts.quantize import MODES, quantize_draft, weights_label
+from decode.kernels.runtime import setup_cpu
+from decode.core.speculative import NoProposer, generate
+from decode.core.stats import percentile_interval, ratio_alpha_ci
 from eval.provenance import provenance
 
 
@@ -62,7 +63,7 @@ def agreement(model, ids: list[int], start: int) -> tuple[int, int]:
 
 def step_timers(target, variants: dict, context: list[int], gamma: int):
     """Callables for one 1-token target pass, one (gamma+1)-token pass and one 1-token step of each variant, each
-    after `context` is cached (decode/costs.py's cached_pass); and a 2-token target pass to run between them."""
+    after `context` is cached (decode/core/costs.py's cached_pass); and a 2-token target pass to run between them."""
     target_pass = cached_pass(target, context)
     steps = [lambda: target_pass(1), lambda: target_pass(gamma + 1)]
     steps += [lambda step=cached_pass(v, context, "draft", keep=1): step() for v in variants.values()]

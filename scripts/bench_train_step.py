@@ -1,6 +1,6 @@
 """Benchmark one training step (forward + backward) of the default pair, for each loss path, side by side:
 the fused head + loss pass (train/head_loss.py) against checkpointed chunks, glibc keeping freed memory
-(decode/runtime.py) against its default, and the draft's arithmetic in bf16 (what trainer.precision=bf16-mixed
+(decode/kernels/runtime.py) against its default, and the draft's arithmetic in bf16 (what trainer.precision=bf16-mixed
 does: autocast around the draft; the target stays in fp32, as in training).
 
     python scripts/bench_train_step.py --repeats 4
@@ -33,8 +33,8 @@ SETTINGS = (("fused", True, "bf16"), ("fused", True, "fp32"), ("fused", False, "
 def time_steps(head_path: str, keep_memory: bool, precision: str, repeats: int, batch: int, block: int,
                layers: int) -> dict:
     """Median seconds per training step for each kind, in this process."""
-    from decode.loading import load_frozen
-    from decode.runtime import setup_cpu
+    from decode.models.loading import load_frozen
+    from decode.kernels.runtime import setup_cpu
     from train.drafts import truncated_draft
     from train.losses import chunked_distill, chunked_sparse_distill, forward_kl, jsd
     from train.module import final_hidden

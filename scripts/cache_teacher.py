@@ -13,8 +13,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from data.datamodule import DistillDataModule
-from decode.loading import load_frozen, load_tokenizer
-from decode.runtime import setup_cpu
+from decode.models.loading import load_frozen, load_tokenizer
+from decode.kernels.runtime import setup_cpu
 from train.distill import data_module_kwargs
 from train.teacher_cache import build_cache, default_cache_path
 

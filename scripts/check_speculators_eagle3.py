@@ -41,9 +41,9 @@ def main(folder: str) -> int:
     from safetensors.torch import load_file
 
     from data.prompts import load_prompts
-    from decode.eagle3 import layer_inputs
-    from decode.feature_export import load_feature_draft
-    from decode.loading import load_frozen, load_tokenizer
+    from decode.drafts.eagle3 import layer_inputs
+    from decode.drafts.feature_export import load_feature_draft
+    from decode.models.loading import load_frozen, load_tokenizer
 
     folder = Path(folder)
     info = json.loads((folder / "draftsmith.json").read_text())

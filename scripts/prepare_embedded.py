@@ -2,7 +2,7 @@
 
     python scripts/prepare_embedded.py qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct   # make setup-qwen
 
-Each model's GGUF (or its chunks, joined) is sha256-checked against the pin in decode/embedded.py and dequantized
+Each model's GGUF (or its chunks, joined) is sha256-checked against the pin in decode/models/embedded.py and dequantized
 to a float32 safetensors folder under $DRAFTSMITH_CACHE (default ~/.cache/draftsmith)/models/<name>; a model
 already converted is skipped. Peak memory is this process's maximum resident set size.
 """
@@ -16,8 +16,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from decode.embedded import REGISTRY, embedded_model_dir  # noqa: E402
-from decode.runtime import peak_rss_gb  # noqa: E402
+from decode.models.embedded import REGISTRY, embedded_model_dir  # noqa: E402
+from decode.kernels.runtime import peak_rss_gb  # noqa: E402
 
 
 def main() -> None:

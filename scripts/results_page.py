@@ -170,7 +170,7 @@ def conditions_line(data: dict, kind: str) -> str:
 
 def cost_model_lines(data: dict) -> list[str]:
     """What the measured costs of a speculate run imply: the alpha each speedup needs at each gamma."""
-    from decode.metrics import hardware_speedup
+    from decode.core.metrics import hardware_speedup
 
     costs = next(iter(data["conditions"].get("costs", {}).values()), None)
     if not costs:

@@ -56,7 +56,7 @@ def make_model(vocab_size: int, layers: int = 2, hidden: int = 32, seed: int = 0
 def first_token_tv(q: torch.Tensor, p: torch.Tensor, draws: int, seed: int = 1) -> float:
     """Total variation between the target's law p[0] and the law of the first token `accept_reject` emits (the
     first draft if kept, else the correction), over `draws` chains drafted from q (gamma, V)."""
-    from decode.sampling import accept_reject
+    from decode.core.sampling import accept_reject
 
     counts = torch.zeros(p.shape[-1])
     sampler = torch.Generator().manual_seed(seed)
@@ -71,7 +71,7 @@ def first_two_tokens(target, proposer, prompt: list[int], gamma: int, params, vo
                      new_tokens: int = 4, seed: int = 0):
     """Decode `prompt` `draws` times (`new_tokens` each, one sampler): counts (vocab, vocab) of the first two emitted
     tokens, and the drafted length of every decoding's first step. One torch thread: tiny tensors."""
-    from decode.speculative import generate
+    from decode.core.speculative import generate
 
     counts, first_drafted = torch.zeros(vocab, vocab), []
     sampler = torch.Generator().manual_seed(seed)

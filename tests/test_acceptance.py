@@ -8,8 +8,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from conftest import CONF, make_model
-from decode.metrics import acceptance
-from decode.speculative import DraftModelProposer, SamplingParams, generate_all
+from decode.core.metrics import acceptance
+from decode.core.speculative import DraftModelProposer, SamplingParams, generate_all
 from eval.acceptance import (continuations, cut_at_eos, evaluate, paired_difference, position_betas, ratio_and_stderr,
                              score)
 

@@ -1,4 +1,4 @@
-"""Compiled decoding on static caches (decode/compiled.py): same tokens as eager decoding, caches per role,
+"""Compiled decoding on static caches (decode/kernels/compiled.py): same tokens as eager decoding, caches per role,
 clear errors. torch.compile on CPU takes seconds to a minute per pass shape on a cold cache, so every test that
 compiles is in the integration step (`make test-integration`); the pure sizing rule stays in the fast suite."""
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import make_model
-from decode.compiled import compiled_decoding, run_length, static_decoding
-from decode.fast_linear import fast_cpu_linears
-from decode.quantize import quantize_draft
-from decode.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.kernels.compiled import compiled_decoding, run_length, static_decoding
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.drafts.quantize import quantize_draft
+from decode.core.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, generate
 
 V = 300
 PROMPT = [7, 11, 13, 40, 90, 5, 17]
@@ -99,7 +99,7 @@ def test_run_length_fits_prompts_new_tokens_and_one_verification():
 @pytest.mark.integration
 def test_each_new_pass_shape_is_announced_once(pair, caplog):
     target, _ = pair
-    with caplog.at_level("INFO", logger="decode.compiled"), compiled_decoding([target], max_len=64, max_rows=2):
+    with caplog.at_level("INFO", logger="decode.kernels.compiled"), compiled_decoding([target], max_len=64, max_rows=2):
         generate(target, NoProposer(), PROMPT, 0, 6)
         generate(target, NoProposer(), PROMPT, 0, 6)
     assert sum("first 1-token pass" in r.message for r in caplog.records) == 1
@@ -107,7 +107,7 @@ def test_each_new_pass_shape_is_announced_once(pair, caplog):
 
 @pytest.mark.integration
 def test_a_cut_draft_head_compiled_keeps_greedy_output_identical():
-    from decode.draft_vocab import restrict_vocab
+    from decode.drafts.draft_vocab import restrict_vocab
 
     target, draft = make_model(V, layers=3, seed=1, init=0.3), make_model(V, layers=1, seed=2, init=0.3)
     prompt = [7, 11, 13, 40, 90]

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from conftest import first_token_tv, make_model
-from decode.metrics import (acceptance, best_gamma, expected_tokens_per_step, hardware_speedup, per_position_accept,
+from decode.core.metrics import (acceptance, best_gamma, expected_tokens_per_step, hardware_speedup, per_position_accept,
                             theoretical_speedup)
 from hypothesis import given, settings, strategies as st
 
-from decode.sampling import accept_reject, acceptance_probability, greedy_accept, logits_to_probs
-from decode.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
+from decode.core.sampling import accept_reject, acceptance_probability, greedy_accept, logits_to_probs
+from decode.core.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
 
 V = 300
 
@@ -184,7 +184,8 @@ def test_cost_model():
 def test_cost_timings_run_between_untimed_and_draft_steps_follow_target_passes(pair):
     import time
 
-    from decode.costs import measure_costs, median_seconds
+    from decode.core.costs import measure_costs
+    from decode.kernels.timing import median_seconds
 
     calls = []
     seconds = median_seconds(lambda: calls.append("fn"), 3,
@@ -207,7 +208,7 @@ def test_cost_timings_run_between_untimed_and_draft_steps_follow_target_passes(p
 def test_median_seconds_each_takes_turns_so_a_burst_stays_out_of_the_medians():
     import time
 
-    from decode.costs import median_seconds_each
+    from decode.kernels.timing import median_seconds_each
 
     calls, slow = [], iter([0.0] * 4 + [0.2] * 3 + [0.0] * 100)  # a burst slows three calls in a row
     fns = [lambda name=name: (calls.append(name), time.sleep(next(slow))) for name in "ab"]
@@ -217,7 +218,7 @@ def test_median_seconds_each_takes_turns_so_a_burst_stays_out_of_the_medians():
 
 
 def test_sample_draws_each_row_from_its_law_and_never_a_zero():
-    from decode.sampling import sample
+    from decode.core.sampling import sample
 
     probs = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 2.0]])  # rows need not sum to 1
     g = torch.Generator().manual_seed(0)
@@ -230,6 +231,6 @@ def test_sample_draws_each_row_from_its_law_and_never_a_zero():
 
 
 def test_costs_are_timed_halfway_through_decoding():
-    from decode.costs import decoding_context
+    from decode.core.costs import decoding_context
 
     assert decoding_context([5, 6, 7], 8) == [5, 6, 7, 7, 7, 7, 7] and decoding_context([5], 1) == [5]

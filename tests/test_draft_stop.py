@@ -10,8 +10,8 @@ import torch
 from transformers import LlamaConfig
 
 from conftest import first_two_tokens, make_model
-from decode.metrics import acceptance
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, draft_confidence, generate
+from decode.core.metrics import acceptance
+from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, draft_confidence, generate
 
 V = 300
 
@@ -95,7 +95,7 @@ def test_sampled_law_through_real_models_and_their_kv_caches(kind):
     """The same law as above, with real tiny Llama models and their KV caches (rollback included), so a cache bug
     would show: target and draft of vocabulary 6; the target's exact law of the first two tokens computed by forward
     passes; 6k decodings at gamma=3; TV <= 0.04 where the draft's own law is far away."""
-    from decode.ngram import PromptLookupProposer
+    from decode.proposers.ngram import PromptLookupProposer
 
     vocab, draws = 6, 6_000
     target = make_model(vocab, layers=2, hidden=32, seed=11, init=1.0)
@@ -110,8 +110,8 @@ def test_sampled_law_through_real_models_and_their_kv_caches(kind):
         proposer, own = PromptLookupProposer(vocab), torch.zeros(vocab, vocab)
         own[1, 3] = 1.0  # lookup's proposal: a point mass
     else:
-        from decode.predict_gamma import Calibration, SurvivalStop
-        from decode.router import Option, RouterProposer
+        from decode.proposers.predict_gamma import Calibration, SurvivalStop
+        from decode.proposers.router import Option, RouterProposer
 
         proposer = {"draft_stopped_when_unsure": lambda: DraftModelProposer(draft, 0.4),
                     "predicted_gamma": lambda: DraftModelProposer(draft, stop_rule=SurvivalStop(

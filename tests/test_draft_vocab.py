@@ -1,4 +1,4 @@
-"""decode/draft_vocab.py: a draft head over part of the vocabulary keeps decoding lossless."""
+"""decode/drafts/draft_vocab.py: a draft head over part of the vocabulary keeps decoding lossless."""
 
 import pytest
 import torch
@@ -6,11 +6,11 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import first_token_tv, make_model
-from decode.draft_vocab import SubsetHead, kept_ids, restrict_vocab
-from decode.fast_linear import fast_cpu_linears
-from decode.quantize import Int8Linear, quantize_draft
-from decode.sampling import logits_to_probs
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.drafts.draft_vocab import SubsetHead, kept_ids, restrict_vocab
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.drafts.quantize import Int8Linear, quantize_draft
+from decode.core.sampling import logits_to_probs
+from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
 
 V = 96
 
@@ -39,11 +39,11 @@ def test_subset_head_equals_the_full_head_on_kept_ids_and_is_minus_inf_elsewhere
 
 
 def test_restrict_vocab_modes_and_errors(monkeypatch):
-    import decode.draft_vocab
+    import decode.drafts.draft_vocab
 
     draft = make_model(V, layers=1)
     assert restrict_vocab(draft, "auto")[1] == {"size": 8192, "restricted": False, "vocab_size": V}  # head < 8192
-    monkeypatch.setattr(decode.draft_vocab, "AUTO_CPU_SIZE", 32)
+    monkeypatch.setattr(decode.drafts.draft_vocab, "AUTO_CPU_SIZE", 32)
     assert restrict_vocab(draft, "auto", copy=True)[1] == {"size": 32, "restricted": True, "vocab_size": V,
                                                            "order": "ids"}
     same, plan = restrict_vocab(draft, None)
@@ -127,7 +127,7 @@ def test_sampled_decoding_with_a_cut_head_runs_in_vocabulary():
 
 
 def test_a_frequency_ranking_chooses_the_kept_ids_and_greedy_output_stays_the_targets():
-    from decode.draft_vocab import rank_tokens
+    from data.token_ranking import rank_tokens
 
     assert rank_tokens([5, 9, 9, 3, 5, 9, 200, -1], 100) == [9, 5, 3]  # by count, ties to the lower id, in range
     assert kept_ids(100, 5, keep=[0], ranking=[90, 50, 90, 7]).tolist() == [0, 1, 7, 50, 90]  # then the lowest ids

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import make_model, make_tokenizer
-from decode.loading import VocabMismatchError, check_same_vocab
+from decode.models.loading import VocabMismatchError, check_same_vocab
 from train.drafts import build_draft
 
 

@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft (decode/eagle3.py): the layer inputs it reads, its start as a copy of the target's layer, the
+"""The EAGLE-3 draft (decode/drafts/eagle3.py): the layer inputs it reads, its start as a copy of the target's layer, the
 training-time test against drafting with a cache, decoding through the main loop (greedy identity for the chain and
 the tree, feature reuse), the cached layer inputs, and the export in speculators' eagle3 layout."""
 
@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import make_model
-from decode.eagle3 import Eagle3Draft, default_aux_layers, layer_inputs
-from decode.eagle_tree import EagleTreeProposer
-from decode.feature_decoding import EagleProposer, draft_proposer
-from decode.feature_export import draft_head_state, feature_kind_of, load_feature_draft, write_feature_weights
-from decode.speculative import SamplingParams, generate
+from decode.drafts.eagle3 import Eagle3Draft, default_aux_layers, layer_inputs
+from decode.proposers.eagle_tree import EagleTreeProposer
+from decode.proposers.feature_decoding import EagleProposer, draft_proposer
+from decode.drafts.feature_export import draft_head_state, feature_kind_of, load_feature_draft, write_feature_weights
+from decode.core.speculative import SamplingParams, generate
 from test_feature_drafts import assert_unroll_is_cached_drafting, trained_like
 
 VOCAB = 64
@@ -167,7 +167,7 @@ def test_export_round_trip_in_the_speculators_eagle3_layout(tmp_path, target):
     assert runs[0].tokens == runs[1].tokens
     assert [s.accepted for s in runs[0].steps] == [s.accepted for s in runs[1].steps]
     with pytest.raises(ValueError, match="target's LM head"):
-        from decode.feature_drafts import feature_draft_from_config
+        from decode.drafts.feature_export import feature_draft_from_config
 
         write_feature_weights(feature_draft_from_config(draft.config_dict()), tmp_path, "my/target")
 
@@ -188,7 +188,7 @@ def test_eagle3_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_
 
     from train.distill import train
     from train.export import export_checkpoint
-    from train.teacher_cache import DONE, cache_aux_layers
+    from data.teacher_cache_files import DONE, cache_aux_layers
 
     _train_export_and_measure(tmp_path, tiny_target_dir, text_file, "eagle3", "model.draft.unroll_steps=2",
                               "trainer.max_steps=6", "optim.lr=3e-3")
@@ -209,7 +209,7 @@ def test_eagle3_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_
 
 
 def test_the_exported_draft_vocabulary_is_the_trained_one():
-    from decode.draft_vocab import kept_ids
+    from decode.drafts.draft_vocab import kept_ids
     from train.export import _export_kept_ids
 
     meta = {"draft_vocab": {"size": 5, "ranking": [9, 8, 7, 6, 5, 4], "special_ids": [0, 2]},
@@ -258,7 +258,7 @@ def test_a_qwen2_layer_is_exported_as_the_llama_layer_that_computes_the_same(tmp
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
-    from decode.feature_export import as_llama_layer, serving_state
+    from decode.drafts.feature_export import as_llama_layer, serving_state
 
     qwen = tiny_qwen2()
     llama_config = LlamaConfig(**as_llama_layer(qwen.config.to_dict()))

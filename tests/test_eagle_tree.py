@@ -1,14 +1,14 @@
-"""The EAGLE-style draft's token trees (decode/eagle_tree.py): every node's children are what a chain along its path
+"""The EAGLE-style draft's token trees (decode/proposers/eagle_tree.py): every node's children are what a chain along its path
 would draft, greedy output is the target's own, the kept features and the draft's cache stay right."""
 
 import pytest
 import torch
 from transformers import DynamicCache
 
-from decode.eagle_tree import EagleTreeProposer, slot_mask
-from decode.feature_drafts import EagleDraft, final_hidden
-from decode.speculative import SamplingParams, generate
-from decode.tree import path_to
+from decode.proposers.eagle_tree import EagleTreeProposer, slot_mask
+from decode.drafts.feature_drafts import EagleDraft, final_hidden
+from decode.core.speculative import SamplingParams, generate
+from decode.core.trees import path_to
 from test_feature_drafts import VOCAB, target, trained_like  # noqa: F401 (target: the tiny target fixture)
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import decode.embedded as embedded
-from decode.embedded import EmbeddedModel, embedded_model_dir, join_chunks, locate_parts
+import decode.models.embedded as embedded
+from decode.models.embedded import EmbeddedModel, embedded_model_dir, join_chunks, locate_parts
 
 
 def fake_chunked_model(root, payload: bytes, chunks: int = 3, broken: int | None = None) -> EmbeddedModel:

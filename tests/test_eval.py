@@ -179,7 +179,7 @@ def test_compiled_decoding_gives_the_same_tokens_and_is_recorded(tmp_path, tiny_
 
 
 def test_confidence_threshold_sweep_records_and_expected_speedup(tmp_path, tiny_target_dir, tiny_draft_dir):
-    from decode.metrics import replayed_speedup
+    from decode.core.metrics import replayed_speedup
 
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[1,3]", "domains=[general]",
                                 "confidence_threshold=[0,0.1]", "max_new_tokens=24"))
@@ -437,7 +437,7 @@ def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_t
 
 
 def test_stock_linears_undo_the_fast_layout_only_inside_the_block(tiny_target_dir):
-    from decode.fast_linear import FastLinear, fast_cpu_linears
+    from decode.kernels.fast_linear import FastLinear, fast_cpu_linears
     from eval.hf_arms import stock_linears
 
     model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)

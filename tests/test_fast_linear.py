@@ -1,4 +1,4 @@
-"""The small-batch CPU matmul layouts (decode/fast_linear.py): same products, same decoding, restored on exit."""
+"""The small-batch CPU matmul layouts (decode/kernels/fast_linear.py): same products, same decoding, restored on exit."""
 
 import pytest
 import torch
@@ -7,9 +7,9 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import make_model
-from decode.fast_linear import (FastLinear, can_prepack, fast_cpu_linears, plan_for, prepack, prepacked_linear,
+from decode.kernels.fast_linear import (FastLinear, can_prepack, fast_cpu_linears, plan_for, prepack, prepacked_linear,
                                 rows_first_linear)
-from decode.speculative import DraftModelProposer, NoProposer, generate
+from decode.core.speculative import DraftModelProposer, NoProposer, generate
 
 V = 300
 
@@ -171,7 +171,7 @@ def test_layout_timing_leaves_out_a_burst_of_load():
     machine) does not make a faster layout lose."""
     import time
 
-    from decode.fast_linear import _sweep_ms
+    from decode.kernels.fast_linear import _sweep_ms
 
     calls = {"fast": 0}
 

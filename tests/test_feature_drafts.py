@@ -9,10 +9,10 @@ from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from conftest import make_model
-from decode.feature_decoding import EagleProposer, FeatureRows, MedusaProposer, MedusaTreeProposer, draft_proposer
-from decode.feature_drafts import EagleDraft, MedusaHeads, additive, final_hidden, unroll_allowed
-from decode.feature_export import feature_kind_of, load_feature_draft, write_feature_weights
-from decode.speculative import SamplingParams, generate
+from decode.proposers.feature_decoding import EagleProposer, FeatureRows, MedusaProposer, MedusaTreeProposer, draft_proposer
+from decode.drafts.feature_drafts import EagleDraft, MedusaHeads, additive, final_hidden, unroll_allowed
+from decode.drafts.feature_export import feature_kind_of, load_feature_draft, write_feature_weights
+from decode.core.speculative import SamplingParams, generate
 from train.feature_loss import eagle_pairs, eagle_unroll, medusa_pairs
 
 VOCAB = 64
@@ -342,7 +342,7 @@ def test_a_feature_cache_is_built_once_and_trained_from(tmp_path, tiny_target_di
     from test_train import tiny_cfg
 
     from train.distill import train
-    from train.teacher_cache import DONE, cache_kind
+    from data.teacher_cache_files import DONE, cache_kind
 
     def run(name, *extra):
         return train(tiny_cfg(tmp_path / name, tiny_target_dir, text_file, "model/draft=eagle", "teacher=cache",
@@ -399,7 +399,7 @@ def test_the_card_of_a_feature_draft_serves_it_as_one(kind):
 def test_a_copy_of_the_draft_shares_the_targets_embeddings_and_head_and_a_cut_head_stays_its_own(target):
     import copy
 
-    from decode.draft_vocab import restrict_vocab
+    from decode.drafts.draft_vocab import restrict_vocab
 
     draft = EagleDraft.from_target(target)
     clone = copy.deepcopy(draft)

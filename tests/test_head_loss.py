@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from decode.runtime import keep_freed_memory, setup_cpu
+from decode.kernels.runtime import keep_freed_memory, setup_cpu
 from train.head_loss import head_loss
 from train.losses import forward_kl
 

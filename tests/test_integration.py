@@ -14,8 +14,8 @@ pytestmark = pytest.mark.integration
 def test_embedded_target_loads_offline_and_distillation_lowers_the_loss(tmp_path):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from data.datamodule import split_and_pack
-    from decode.embedded import embedded_model_dir
-    from decode.loading import load_frozen, load_tokenizer
+    from decode.models.embedded import embedded_model_dir
+    from decode.models.loading import load_frozen, load_tokenizer
     from train.drafts import build_draft
     from train.module import DistillModule
 

@@ -1,4 +1,4 @@
-"""Prompt lookup (decode/ngram.py): the n-gram search, greedy identity with and without a draft model, and the
+"""Prompt lookup (decode/proposers/ngram.py): the n-gram search, greedy identity with and without a draft model, and the
 sampled law of one-hot proposals through the whole decoder."""
 
 import pytest
@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from conftest import first_two_tokens, make_model
-from decode.metrics import replayed_speedup
-from decode.ngram import LookupThenDraftProposer, PromptLookupProposer, ngram_continuation, one_hot_rows
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
+from decode.core.metrics import replayed_speedup
+from decode.proposers.ngram import LookupThenDraftProposer, PromptLookupProposer, ngram_continuation, one_hot_rows
+from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
 from test_draft_stop import BigramLM
 
 V = 300
@@ -121,7 +121,7 @@ def test_sampled_output_follows_the_target_law_whole_decoder(temperature, top_p)
 
 
 def test_heuristic_schedule_moves_gamma_like_transformers():
-    from decode.schedule import next_gamma
+    from decode.proposers.schedule import next_gamma
 
     assert next_gamma(1, 1, 1, 8) == 3 and next_gamma(3, 3, 3, 8) == 5 and next_gamma(7, 7, 7, 8) == 8
     assert next_gamma(5, 5, 2, 8) == 4 and next_gamma(1, 1, 0, 8) == 1 and next_gamma(4, 0, 0, 8) == 4
@@ -129,7 +129,7 @@ def test_heuristic_schedule_moves_gamma_like_transformers():
 
 @pytest.mark.parametrize("gamma", [2, 6])
 def test_heuristic_schedule_keeps_greedy_output_and_varies_the_draft_length(pair, gamma):
-    from decode.schedule import HeuristicGammaProposer
+    from decode.proposers.schedule import HeuristicGammaProposer
 
     target, _ = pair
     prompt = [7, 11, 13, 40, 90]

@@ -1,12 +1,12 @@
-"""Per-step gamma predicted from the draft's calibrated confidence (decode/predict_gamma.py)."""
+"""Per-step gamma predicted from the draft's calibrated confidence (decode/proposers/predict_gamma.py)."""
 
 import random
 
 import pytest
 
 from conftest import make_model
-from decode.predict_gamma import Calibration, SurvivalStop, fit_calibration, pool_adjacent_violators
-from decode.speculative import DraftModelProposer, NoProposer, generate
+from decode.proposers.predict_gamma import Calibration, SurvivalStop, fit_calibration, pool_adjacent_violators
+from decode.core.speculative import DraftModelProposer, NoProposer, generate
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -1,4 +1,4 @@
-"""Int8 and int4 draft weights for CPU decoding (decode/quantize.py): close to the float layer, target output
+"""Int8 and int4 draft weights for CPU decoding (decode/drafts/quantize.py): close to the float layer, target output
 unchanged."""
 
 import pytest
@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import make_model
-from decode.quantize import Int4Linear, Int8Linear, plan_quant, quantize_draft, quantize_groups, quantize_rows
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.drafts.quantize import Int4Linear, Int8Linear, plan_quant, quantize_draft, quantize_groups, quantize_rows
+from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
 
 V = 300
 
@@ -132,10 +132,10 @@ def test_modes_none_and_auto():
 
 @pytest.mark.parametrize("kind", ["medusa", "eagle", "eagle3"])
 def test_int8_feature_draft_quantizes_its_own_layers_and_cut_head_never_the_targets(kind):
-    from decode.draft_vocab import SubsetHead, restrict_vocab
-    from decode.eagle3 import Eagle3Draft
-    from decode.feature_decoding import draft_proposer
-    from decode.feature_drafts import EagleDraft, MedusaHeads
+    from decode.drafts.draft_vocab import SubsetHead, restrict_vocab
+    from decode.drafts.eagle3 import Eagle3Draft
+    from decode.proposers.feature_decoding import draft_proposer
+    from decode.drafts.feature_drafts import EagleDraft, MedusaHeads
 
     target = make_model(V, layers=2, hidden=32, seed=1, init=0.3)
     head_before = target.get_output_embeddings().weight.clone()

@@ -1,12 +1,12 @@
-"""decode/replay.py: greedy decoding replayed on the target's path gives the decoder's own steps."""
+"""decode/core/replay.py: greedy decoding replayed on the target's path gives the decoder's own steps."""
 
 import pytest
 import torch
 
 from conftest import make_model
-from decode.metrics import replayed_speedup
-from decode.replay import best_rule, draft_positions, replay_steps
-from decode.speculative import DraftModelProposer, NoProposer, generate
+from decode.core.metrics import replayed_speedup
+from decode.core.replay import best_rule, draft_positions, replay_steps
+from decode.core.speculative import DraftModelProposer, NoProposer, generate
 
 V = 300
 

@@ -1,4 +1,4 @@
-"""Several proposers chosen per step (decode/router.py): lossless, picks what pays, falls back to no draft."""
+"""Several proposers chosen per step (decode/proposers/router.py): lossless, picks what pays, falls back to no draft."""
 
 import time
 
@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from conftest import first_two_tokens, make_model
-from decode.metrics import hardware_speedup
-from decode.ngram import PromptLookupProposer
-from decode.router import Option, RouterProposer, step_rate, with_auto_off
-from decode.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
-from decode.tree import TreeProposer
+from decode.core.metrics import hardware_speedup
+from decode.proposers.ngram import PromptLookupProposer
+from decode.proposers.router import Option, RouterProposer, step_rate, with_auto_off
+from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.proposers.tree import TreeProposer
 
 V = 64
 PASSES = [1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3]  # a k-token target pass, relative to one token

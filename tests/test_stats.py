@@ -1,11 +1,11 @@
-"""Intervals across prompts (decode/stats.py) and provenance (eval/provenance.py)."""
+"""Intervals across prompts (decode/core/stats.py) and provenance (eval/provenance.py)."""
 
 import random
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from decode.stats import bootstrap_speedup_ci, percentile_interval, ratio_alpha_ci, ratio_of_sums_speedup
+from decode.core.stats import bootstrap_speedup_ci, percentile_interval, ratio_alpha_ci, ratio_of_sums_speedup
 
 times = st.lists(st.floats(0.05, 5.0), min_size=1, max_size=12)
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import make_model
-from decode.draft_vocab import kept_ids
+from decode.drafts.draft_vocab import kept_ids
 from train.module import DistillModule
 from train.train_vocab import kept_head, remap
 

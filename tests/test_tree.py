@@ -1,4 +1,4 @@
-"""Token trees (decode/tree.py): masks, positions, acceptance, and the target's tree pass and cache compaction."""
+"""Token trees (decode/proposers/tree.py): masks, positions, acceptance, and the target's tree pass and cache compaction."""
 
 import random
 
@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from conftest import make_model
-from decode.speculative import SamplingParams, generate
+from decode.core.speculative import SamplingParams, generate
 from transformers import DynamicCache
 
-from decode.tree import (GREEDY_ONLY, TreeDraft, TreeProposer, TreeVerifier, choose_children, compact_cache,
-                         depths, greedy_tree_accept, path_to, static_tree, tree_mask, tree_positions)
+from decode.core.trees import (GREEDY_ONLY, TreeDraft, depths, greedy_tree_accept, path_to, static_tree, tree_mask,
+                               tree_positions)
+from decode.proposers.tree import TreeProposer, TreeVerifier, choose_children, compact_cache
 
 
 def random_parents(n: int, rng: random.Random) -> list[int]:
@@ -156,8 +157,8 @@ def test_trees_refuse_to_sample():
 
 
 def test_replayed_cost_of_a_tree_step():
-    from decode.metrics import pass_seconds, replayed_speedup
-    from decode.speculative import StepLog
+    from decode.core.metrics import pass_seconds, replayed_speedup
+    from decode.core.speculative import StepLog
 
     passes = [1.0, 1.1, 1.2]
     assert pass_seconds(passes, 5) == pytest.approx(1.4)  # extended linearly past the measured passes

@@ -14,12 +14,12 @@ import logging
 import lightning as L
 import torch
 
-from decode.draft_vocab import restrict_vocab
-from decode.feature_decoding import draft_proposer
-from decode.fast_linear import fast_cpu_linears
-from decode.quantize import quantize_draft, weights_label
-from decode.metrics import acceptance
-from decode.speculative import NoProposer, SamplingParams, generate, generate_all
+from decode.drafts.draft_vocab import restrict_vocab
+from decode.proposers.feature_decoding import draft_proposer
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.drafts.quantize import quantize_draft, weights_label
+from decode.core.metrics import acceptance
+from decode.core.speculative import NoProposer, SamplingParams, generate, generate_all
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,9 @@ class SpeculativeEval(L.Callback):
         self.prompts, self.report_prompts = prompts, report_prompts  # tune (choices) and test (reported) prompts
         self.gamma, self.max_new_tokens = gamma, max_new_tokens
         self.every, self.params, self.eos, self.seed = every_n_validations, SamplingParams(temperature), eos_token_ids, seed
-        self.cpu_matmul = cpu_matmul  # decode/fast_linear.py: the small-batch matmul layout on CPU
-        self.draft_quant = draft_quant  # decode/quantize.py: decode with an int8 copy of the draft on CPU
-        self.draft_vocab, self.special_ids = draft_vocab, set(special_ids)  # decode/draft_vocab.py: a smaller head
+        self.cpu_matmul = cpu_matmul  # decode/kernels/fast_linear.py: the small-batch matmul layout on CPU
+        self.draft_quant = draft_quant  # decode/drafts/quantize.py: decode with an int8 copy of the draft on CPU
+        self.draft_vocab, self.special_ids = draft_vocab, set(special_ids)  # decode/drafts/draft_vocab.py: a smaller head
         self.ranking = draft_vocab_ranking  # which ids it keeps (model.draft.train_vocab_from): those trained over
         self._fit_validations = 0
         self.last: dict = {}  # the last measurement on the test prompts

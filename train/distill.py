@@ -26,9 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from data.token_ranking import rank_labels, rank_source
-from decode.feature_drafts import FEATURE_KINDS, is_feature_draft
-from decode.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
-from decode.runtime import peak_rss_gb, setup_cpu
+from decode.drafts.feature_drafts import FEATURE_KINDS, is_feature_draft
+from decode.models.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
+from decode.kernels.runtime import peak_rss_gb, setup_cpu
 from eval.provenance import provenance
 from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
@@ -107,7 +107,8 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     when it is missing."""
     if cfg.teacher != "cache":
         return None
-    from train.teacher_cache import DONE, cache_aux_layers, cache_kind, default_cache_path, reuse_richer_cache
+    from data.teacher_cache_files import DONE, cache_aux_layers, cache_kind
+    from train.teacher_cache import default_cache_path, reuse_richer_cache
 
     feature = cfg.model.draft.kind in FEATURE_KINDS
     if cfg.teacher_cache:
@@ -140,7 +141,8 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
 def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None) -> str:
     """The target's final hidden states (and `aux_layers`' inputs) over the very blocks training reads
     (train/teacher_cache.py), once."""
-    from train.teacher_cache import DONE, build_cache
+    from data.teacher_cache_files import DONE
+    from train.teacher_cache import build_cache
 
     if not (Path(out) / DONE).is_file():
         dm.setup()

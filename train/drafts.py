@@ -1,9 +1,9 @@
 """Build a draft model for a given target: truncated target (or truncated smaller family member), fresh small
 model, pretrained model, or a feature draft that reads the target's hidden states (Medusa heads, EAGLE-style layer:
-decode/feature_drafts.py).
+decode/drafts/feature_drafts.py).
 
 Every draft built here shares the target's vocabulary, by construction (truncated, fresh) or by check
-(pretrained or a truncation `source`, see decode.loading.check_same_vocab).
+(pretrained or a truncation `source`, see decode.models.loading.check_same_vocab).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import re
 import torch
 from transformers import AutoModelForCausalLM
 
-from decode.eagle3 import Eagle3Draft
-from decode.feature_drafts import FEATURE_KINDS, EagleDraft, MedusaHeads
-from decode.loading import DTYPES, load_causal_lm
+from decode.drafts.eagle3 import Eagle3Draft
+from decode.drafts.feature_drafts import FEATURE_KINDS, EagleDraft, MedusaHeads
+from decode.models.loading import DTYPES, load_causal_lm
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 

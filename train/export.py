@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 
 from data.token_ranking import write_ranking
-from decode.feature_drafts import FEATURE_KINDS, feature_draft_from_config, is_feature_draft
-from decode.feature_export import write_feature_weights
+from decode.drafts.feature_drafts import FEATURE_KINDS, is_feature_draft
+from decode.drafts.feature_export import feature_draft_from_config
+from decode.drafts.feature_export import write_feature_weights
 from eval.card import write_card
 
 CHECKPOINT_KEY = "draftsmith"  # the entry a Draftsmith checkpoint carries besides Lightning's own
@@ -61,7 +62,7 @@ def draft_from_checkpoint(ckpt: dict):
     meta = ckpt[_META]
     config_dict = dict(meta["draft_config"])
     state = {k[len("draft."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("draft.")}
-    if config_dict.get("draft_kind") in FEATURE_KINDS:  # Medusa heads / EAGLE-style draft (decode/feature_drafts.py)
+    if config_dict.get("draft_kind") in FEATURE_KINDS:  # Medusa heads / EAGLE-style draft (decode/drafts/feature_drafts.py)
         model = feature_draft_from_config(config_dict)
         model.load_state_dict(state, strict=True)
         return model.eval()
@@ -94,7 +95,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        if is_feature_draft(model):  # the serving layout (decode/feature_export.py); eagle3 stores its cut head
+        if is_feature_draft(model):  # the serving layout (decode/drafts/feature_export.py); eagle3 stores its cut head
             info = {**(info or {}), "draft_kind": model.draft_kind, "draft_config": model.config_dict()}
             write_feature_weights(model, tmp, str(info.get("target")), info.get("target_architectures") or (),
                                   dtype=dtype, head=head, kept=kept)
@@ -122,13 +123,13 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
 
 
 def _export_kept_ids(vocab_size: int, meta: dict):
-    """An EAGLE-3 export's draft vocabulary: the ids training scored and decoding keeps (decode/draft_vocab.py
+    """An EAGLE-3 export's draft vocabulary: the ids training scored and decoding keeps (decode/drafts/draft_vocab.py
     `kept_ids` over the saved ranking and special ids; a checkpoint that saved none: the end-of-sequence ids), or
     None (every id) for a draft trained over the full vocabulary."""
     draft_vocab = meta.get("draft_vocab")
     if not draft_vocab:
         return None
-    from decode.draft_vocab import kept_ids
+    from decode.drafts.draft_vocab import kept_ids
 
     keep = draft_vocab.get("special_ids")
     if keep is None:
@@ -139,7 +140,7 @@ def _export_kept_ids(vocab_size: int, meta: dict):
 
 def _target_head(meta: dict) -> torch.Tensor:
     """The LM head weight of the target a checkpoint was trained against (loaded for an EAGLE-3 export)."""
-    from decode.loading import load_frozen
+    from decode.models.loading import load_frozen
 
     cache_dir = ((meta.get("config") or {}).get("paths") or {}).get("cache_dir")
     target = load_frozen(meta["target"], dtype="float32", **({"cache_dir": cache_dir} if cache_dir else {}))

@@ -1,4 +1,4 @@
-"""Distillation losses of the feature drafts (decode/feature_drafts.py) against the frozen target's logits.
+"""Distillation losses of the feature drafts (decode/drafts/feature_drafts.py) against the frozen target's logits.
 
 The target runs once per batch and gives its features F (B, T, H) (final hidden states, what its LM head reads),
 or they come cached with the batch (teacher=cache: train/teacher_cache.py's feature cache); every loss below is the configured divergence (train/losses.py `chunked_distill`, the same family as standalone
@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decode.eagle3 import layer_inputs
-from decode.feature_drafts import additive, unroll_allowed
+from decode.drafts.eagle3 import layer_inputs
+from decode.drafts.feature_drafts import additive, unroll_allowed
 from train.losses import chunked_distill, loss_mask, own_precision
 from train.teacher_cache import AUX_FEATURES, FEATURES
 from train.train_vocab import remap

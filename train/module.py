@@ -16,7 +16,7 @@ import torch
 from train.export import CHECKPOINT_KEY as _META
 from train.onpolicy import draft_continuations, is_onpolicy_step
 from train.train_vocab import kept_head, remap
-from decode.feature_drafts import final_hidden as model_hidden, is_feature_draft
+from decode.drafts.feature_drafts import final_hidden as model_hidden, is_feature_draft
 from train.feature_loss import feature_distill
 from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, loss_mask, own_precision
 

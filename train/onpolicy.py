@@ -11,7 +11,7 @@ import random
 
 import torch
 
-from decode.sampling import sample
+from decode.core.sampling import sample
 
 
 def is_onpolicy_step(step: int, fraction: float, seed: int = 0) -> bool:
@@ -36,7 +36,7 @@ def draft_continuations(draft, batch: dict, prompt_tokens: int, new_tokens: int,
         logits = result.logits[:, -1].float()
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
-            step_ids = sample(probs, generator).unsqueeze(-1)  # one id per row (inverse CDF, decode/sampling.py)
+            step_ids = sample(probs, generator).unsqueeze(-1)  # one id per row (inverse CDF, decode/core/sampling.py)
         else:
             step_ids = logits.argmax(-1, keepdim=True)
         out = torch.cat([out, step_ids], dim=1)

@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from data.teacher_cache_files import DONE
+
 log = logging.getLogger(__name__)
-DONE = "done.json"
 
 
 FEATURES = "target_features"
@@ -71,8 +72,8 @@ def _half(values: torch.Tensor, what: str) -> torch.Tensor:
 @torch.no_grad()
 def features_of_target(target, input_ids: torch.Tensor, aux_layers: list[int] | None = None) -> dict[str, torch.Tensor]:
     """The target's final hidden states (what its LM head reads) at every position of (B, S) ids, float16; with
-    `aux_layers`, also what enters those layers, concatenated (decode/eagle3.py `layer_inputs`)."""
-    from decode.eagle3 import layer_inputs
+    `aux_layers`, also what enters those layers, concatenated (decode/drafts/eagle3.py `layer_inputs`)."""
+    from decode.drafts.eagle3 import layer_inputs
 
     out, aux = layer_inputs(target, input_ids, aux_layers, use_cache=False)
     cached = {FEATURES: _half(out.last_hidden_state, "final hidden states")}
@@ -143,32 +144,6 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
     (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
                                         **{f"{s}_blocks": len(b) for s, b in splits.items()}, **(info or {})}, indent=1))
     return out
-
-
-def cache_kind(path: str | os.PathLike) -> str:
-    """"features" or "top_k": what a complete cache folder holds (older top-k caches record no kind)."""
-    return json.loads((Path(path) / DONE).read_text()).get("kind", "top_k")
-
-
-def cache_aux_layers(path: str | os.PathLike) -> list[int] | None:
-    """The target layers whose inputs a complete feature cache holds (None: final hidden states only)."""
-    return json.loads((Path(path) / DONE).read_text()).get("aux_layers")
-
-
-def load_cache(path: str | os.PathLike, split: str, expected_blocks: int):
-    """The cached split as one torch-formatted dataset, checked against the data it must align with."""
-    import datasets
-
-    path = Path(path)
-    if not (path / DONE).is_file():
-        raise FileNotFoundError(f"No complete teacher cache at {path}. Fix: run `python scripts/cache_teacher.py` with "
-                                "the same model/target and data settings (it resumes if interrupted).")
-    shards = sorted((path / split).iterdir())
-    ds = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards]).with_format("torch")
-    if len(ds) != expected_blocks:
-        raise ValueError(f"Teacher cache {path} holds {len(ds)} {split} blocks but the data has {expected_blocks}. "
-                         "Fix: rebuild the cache for these data settings (scripts/cache_teacher.py).")
-    return ds
 
 
 class _SparseKL(torch.autograd.Function):

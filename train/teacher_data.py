@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from data.generated import append_records, check_store_settings, domain_prompts, done_prompts
-from decode.loading import load_frozen, load_tokenizer
-from decode.runtime import setup_cpu
+from decode.models.loading import load_frozen, load_tokenizer
+from decode.kernels.runtime import setup_cpu
 
 log = logging.getLogger("draftsmith.generate")
 

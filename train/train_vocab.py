@@ -1,6 +1,6 @@
 """Train against the draft vocabulary it will decode with: the loss over the kept token ids only.
 
-On CPU the decoder cuts the draft's LM head to `draft_vocab` ids plus the special ones (decode/draft_vocab.py: the
+On CPU the decoder cuts the draft's LM head to `draft_vocab` ids plus the special ones (decode/drafts/draft_vocab.py: the
 lowest ids, or with `model.draft.train_vocab_from` the ids most frequent in domain text, data/token_ranking.py,
 which the export saves as draft_vocab.json for decoding to keep): the draft can never propose another token.
 Training the draft's full 151,936-row head for those tokens is wasted work, and for a small draft of a
@@ -17,11 +17,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from decode.draft_vocab import kept_ids
+from decode.drafts.draft_vocab import kept_ids
 
 
 def kept_head(draft, size: int, keep=(), ranking=None) -> tuple[torch.Tensor, nn.Linear]:
-    """The kept ids (sorted, as decode/draft_vocab.py keeps them: `ranking`, most frequent first, chooses which;
+    """The kept ids (sorted, as decode/drafts/draft_vocab.py keeps them: `ranking`, most frequent first, chooses which;
     None: the lowest ids) and a frozen linear over those rows of the draft's head. The head must be frozen (model.draft.train_embeddings=false): the copy would not train it."""
     head = draft.get_output_embeddings()
     if not isinstance(head, nn.Linear):

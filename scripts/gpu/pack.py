@@ -17,7 +17,7 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, ".")
-from decode.embedded import REGISTRY, embedded_model_dir, locate_gguf  # noqa: E402
+from decode.models.embedded import REGISTRY, embedded_model_dir, locate_gguf  # noqa: E402
 
 WHEELS = ["transformers==5.24.0", "hydra-core==1.3.8", "omegaconf==2.3.1", "gguf==0.19.0",
           "regex==2026.11.19"]   # regex: transformers 5.24 needs a newer one than the image's

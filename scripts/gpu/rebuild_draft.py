@@ -2,7 +2,7 @@
 
     python scripts/gpu/rebuild_draft.py <folder holding .xfer/c's files> <draft folder to write>
 
-Converts the embedded target once (decode/embedded.py), checks that its embedding is the one the draft was trained
+Converts the embedded target once (decode/models/embedded.py), checks that its embedding is the one the draft was trained
 with (sha256), and writes a plain Hugging Face draft folder. Exit code 3 if the embeddings differ.
 """
 import json
@@ -13,7 +13,7 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 
 sys.path[:0] = [".", str(Path(__file__).parent)]
-from decode.embedded import embedded_model_dir  # noqa: E402
+from decode.models.embedded import embedded_model_dir  # noqa: E402
 from pack import EMBED, sha256_tensor  # noqa: E402
 
 

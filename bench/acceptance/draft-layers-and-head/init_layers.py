@@ -9,8 +9,8 @@ import json, os, sys, time
 from pathlib import Path
 import torch
 sys.path.insert(0, ".")
-from decode.loading import load_frozen, load_tokenizer
-from decode.runtime import setup_cpu
+from decode.models.loading import load_frozen, load_tokenizer
+from decode.kernels.runtime import setup_cpu
 from train.drafts import truncated_draft
 setup_cpu(None, True)
 cache = os.path.expanduser("~/.cache/draftsmith")

@@ -4,8 +4,8 @@ Along the target's own greedy continuations of the built-in prompts, the draft (
 decodes on CPU) is run teacher-forced; each position gives the draft's top-1 probability and whether its argmax is the
 target's token. For greedy decoding this is exact: the decoder accepts a drafted token iff it is the target's next
 greedy token, and after any rejection decoding continues on the target's path. Then every stopping rule is replayed
-on those positions (decode/replay.py, as `eval/speculate.py gamma=auto` does) and priced with the cost model measured
-here (decode/costs.py).
+on those positions (decode/core/replay.py, as `eval/speculate.py gamma=auto` does) and priced with the cost model measured
+here (decode/core/costs.py).
 
     python bench/decoding/confidence-stop/calibration.py draft=outputs/distill/<run>/export
 
@@ -18,14 +18,14 @@ import json
 import sys
 from pathlib import Path
 
-from decode.cpu_pair import load_cpu_pair
+from decode.models.cpu_pair import load_cpu_pair
 from data.prompts import encode_prompt, load_prompts
-from decode.costs import measure_costs
-from decode.fast_linear import fast_cpu_linears
-from decode.loading import eos_token_ids
-from decode.metrics import replayed_speedup
-from decode.replay import draft_positions, replay_steps
-from decode.speculative import NoProposer, generate
+from decode.core.costs import measure_costs
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.models.loading import eos_token_ids
+from decode.core.metrics import replayed_speedup
+from decode.core.replay import draft_positions, replay_steps
+from decode.core.speculative import NoProposer, generate
 
 EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.0001)
 MAX_GAMMA = 6

@@ -1,5 +1,5 @@
 """What a k-token target pass costs after 42 cached tokens (the first general prompt) and after 42 + 128, as
-decode/costs.measure_costs times it (int8 draft, head cut to 8192 ids, the CPU layouts of decode/fast_linear.py).
+decode/costs.measure_costs times it (int8 draft, head cut to 8192 ids, the CPU layouts of decode/kernels/fast_linear.py).
 
     python bench/decoding/cost-model-context/context_costs.py draft=outputs/distill/<run>/export
 
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 
-from decode.cpu_pair import load_cpu_pair
+from decode.models.cpu_pair import load_cpu_pair
 from data.prompts import encode_prompt, load_prompts
-from decode.costs import measure_costs
-from decode.fast_linear import fast_cpu_linears
+from decode.core.costs import measure_costs
+from decode.kernels.fast_linear import fast_cpu_linears
 
 
 def main(draft_dir: str) -> list[dict]:

@@ -1,14 +1,14 @@
-"""Draft step and target pass costs, float draft vs int8 draft, alternating in one process (decode.costs.measure_costs).
+"""Draft step and target pass costs, float draft vs int8 draft, alternating in one process (decode.core.costs.measure_costs).
 
     python bench/decoding/draft-step-int8/measure.py      # from the repository root; writes bench/decoding/draft-step-int8/costs.json
 """
 import json, sys, torch, platform
 sys.path.insert(0, '.')
-from decode.loading import load_frozen, load_tokenizer
-from decode.costs import measure_costs
-from decode.fast_linear import fast_cpu_linears
-from decode.quantize import quantize_draft
-from decode.runtime import setup_cpu
+from decode.models.loading import load_frozen, load_tokenizer
+from decode.core.costs import measure_costs
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.drafts.quantize import quantize_draft
+from decode.kernels.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
 setup_cpu(None, True)
 import os

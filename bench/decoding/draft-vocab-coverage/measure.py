@@ -1,4 +1,4 @@
-"""How much of what the target writes a draft head cut to N ids can propose at all (decode/draft_vocab.py).
+"""How much of what the target writes a draft head cut to N ids can propose at all (decode/drafts/draft_vocab.py).
 
 A token outside the cut head's ids can never be drafted, so its share of the target's output caps acceptance. For
 each target's stored greedy answers (the generated-data stores under the cache; a prompt's answer is in one half
@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, ".")
-from decode.draft_vocab import kept_ids, rank_tokens  # noqa: E402
-from decode.loading import load_tokenizer  # noqa: E402
+from data.token_ranking import rank_tokens  # noqa: E402
+from decode.drafts.draft_vocab import kept_ids  # noqa: E402
+from decode.models.loading import load_tokenizer  # noqa: E402
 
 STORES = {"embedded:qwen2.5-coder-1.5b-instruct": "qwen25_coder_1_5b/code.jsonl",
           "embedded:smollm2-135m-instruct": "smollm2_135m/general.jsonl"}

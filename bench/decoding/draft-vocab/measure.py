@@ -1,9 +1,9 @@
-"""What cutting the draft's LM head to the first N token ids costs and buys (decode/draft_vocab.py), default draft.
+"""What cutting the draft's LM head to the first N token ids costs and buys (decode/drafts/draft_vocab.py), default draft.
 
 1. Teacher-forced agreement: along the target's own answers (the last 40 of each store: general answers to prompts the
    default draft never trained on, medical, code), how often the draft's argmax equals the target's, with the full
    head and with heads of 16384 / 8192 / 4096 ids; and how often either argmax lies past the cut.
-2. The draft step (int8 weights, as decoding runs it; decode.costs.measure_costs, so each step follows a target pass)
+2. The draft step (int8 weights, as decoding runs it; decode.core.costs.measure_costs, so each step follows a target pass)
    for each head size, measured twice in alternating order.
 
     python bench/decoding/draft-vocab/measure.py      # from the repository root; writes bench/decoding/draft-vocab/results.json
@@ -18,12 +18,12 @@ import torch
 
 sys.path.insert(0, ".")
 from data.prompts import encode_prompt, load_prompts  # noqa: E402
-from decode.costs import measure_costs  # noqa: E402
-from decode.draft_vocab import restrict_vocab  # noqa: E402
-from decode.fast_linear import fast_cpu_linears  # noqa: E402
-from decode.loading import load_frozen, load_tokenizer  # noqa: E402
-from decode.quantize import quantize_draft  # noqa: E402
-from decode.runtime import setup_cpu  # noqa: E402
+from decode.core.costs import measure_costs  # noqa: E402
+from decode.drafts.draft_vocab import restrict_vocab  # noqa: E402
+from decode.kernels.fast_linear import fast_cpu_linears  # noqa: E402
+from decode.models.loading import load_frozen, load_tokenizer  # noqa: E402
+from decode.drafts.quantize import quantize_draft  # noqa: E402
+from decode.kernels.runtime import setup_cpu  # noqa: E402
 
 DRAFT = "outputs/study160/generated_mix_lr2e-3/export"
 TARGET = "embedded:smollm2-135m-instruct"

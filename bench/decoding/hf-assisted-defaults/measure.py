@@ -7,9 +7,9 @@ new tokens, greedy, 3 interleaved rounds, median tok/s. No layouts, no int8: sto
 import time, statistics, sys, os, copy
 import torch
 sys.path.insert(0, ".")
-from decode.loading import load_frozen, load_tokenizer
+from decode.models.loading import load_frozen, load_tokenizer
 from data.prompts import encode_prompt, load_prompts
-from decode.runtime import setup_cpu
+from decode.kernels.runtime import setup_cpu
 setup_cpu(None, True)
 cache = os.path.expanduser("~/.cache/draftsmith")
 T = "embedded:smollm2-135m-instruct"

@@ -18,26 +18,26 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # a bench script run from anywhere: the repository
 
-from decode.costs import fastest_ms  # noqa: E402
-from decode.runtime import setup_cpu  # noqa: E402
-from decode.sampling import sample  # noqa: E402
+from decode.kernels.timing import fastest_ms  # noqa: E402
+from decode.kernels.runtime import setup_cpu  # noqa: E402
+from decode.core.sampling import sample  # noqa: E402
 
 
 def main(repeats: int = 200) -> dict:
-    setup_cpu(None, True)  # as the decoders run: freed buffers reused, not unmapped (decode/runtime.py)
+    setup_cpu(None, True)  # as the decoders run: freed buffers reused, not unmapped (decode/kernels/runtime.py)
     g = torch.Generator().manual_seed(0)
     rows = {}
     # the cut draft head, SmolLM2's vocabulary, Qwen's; and 8 rows at once (on-policy training draws a batch)
     for rows_, vocab in ((1, 8192), (1, 49152), (1, 151936), (8, 49152)):
         probs = torch.softmax(torch.randn(rows_, vocab, generator=g) * 3, -1)
         methods = {"torch.multinomial": lambda p=probs: torch.multinomial(p, 1, generator=g),
-                   "decode.sampling.sample": lambda p=probs: sample(p, g)}
+                   "decode.core.sampling.sample": lambda p=probs: sample(p, g)}
         rows[f"{rows_} x {vocab}"] = fastest_ms(methods, repeats)
     result = {"threads": torch.get_num_threads(), "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
               "repeats": repeats, "ms_per_draw": rows}
-    print("| rows x vocabulary | torch.multinomial (ms) | decode.sampling.sample (ms) |\n|---|---|---|")
+    print("| rows x vocabulary | torch.multinomial (ms) | decode.core.sampling.sample (ms) |\n|---|---|---|")
     for vocab, r in rows.items():
-        print(f"| {vocab} | {r['torch.multinomial']:.3f} | {r['decode.sampling.sample']:.3f} |")
+        print(f"| {vocab} | {r['torch.multinomial']:.3f} | {r['decode.core.sampling.sample']:.3f} |")
     out = Path(__file__).with_name("bench_sample.json")
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")

@@ -1,7 +1,7 @@
 """Per-step gamma predicted from context: draft while the next token is expected to pay for itself.
 
 A chain's k-th drafted token is only worth anything if the k-1 before it are all accepted. From logged steps (the
-replay of the target's greedy path on tune prompts, decode/replay.py) we fit how often the target accepts a token
+replay of the target's greedy path on tune prompts, decode/core/replay.py) we fit how often the target accepts a token
 the draft proposed with confidence x (`fit_calibration`: binned, made monotone). While drafting, the survival
 probability S = product of the calibrated acceptance of the tokens drafted so far says how likely the chain is to
 still be alive; one more draft pass is worth it when the expected token it adds, S * (mean acceptance) target steps,
@@ -17,7 +17,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
-from decode.metrics import pass_seconds
+from decode.core.metrics import pass_seconds
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Speculative decoding, batch size 1: a proposer drafts gamma tokens, the target verifies them in one
 forward pass, `accept_reject` keeps a prefix, and both KV caches roll back to the last kept token.
 
-A proposer may instead return a token tree (decode/tree.py `TreeDraft`, greedy only); it then names its verifier
+A proposer may instead return a token tree (decode/proposers/tree.py `TreeDraft`, greedy only); it then names its verifier
 (`make_verifier`), which scores every node in one pass, and the loop keeps the longest accepted branch.
 
 Target-only decoding runs through the same loop with a proposer that drafts nothing, so speedups compare
@@ -17,9 +17,9 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
-from decode.compiled import static_decoding
-from decode.sampling import accept_reject, greedy_accept, logits_to_probs, sample
-from decode.tree import TreeDraft, judge_tree
+from decode.kernels.compiled import static_decoding
+from decode.core.sampling import accept_reject, greedy_accept, logits_to_probs, sample
+from decode.core.trees import TreeDraft, judge_tree
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Generation:
 class CachedLM:
     """A causal LM with its KV cache; `length` tokens are cached, addressed by absolute position.
 
-    Inside a `decode.compiled.compiled_decoding` block the cache is static and short passes are compiled; `role`
+    Inside a `decode.kernels.compiled.compiled_decoding` block the cache is static and short passes are compiled; `role`
     ("verify" or "draft") keeps a model that is both target and draft on two caches."""
 
     def __init__(self, model, role: str = "verify"):
@@ -118,7 +118,7 @@ class DraftModelProposer:
 
     With `confidence_threshold` > 0 it stops early, after the first drafted token to which it gives a probability
     below the threshold (transformers' `assistant_confidence_threshold`): gamma becomes a maximum, long drafts go
-    where the draft is sure and short ones where it is not. A `stop_rule` (decode/predict_gamma.py) decides from the
+    where the draft is sure and short ones where it is not. A `stop_rule` (decode/proposers/predict_gamma.py) decides from the
     confidences of the tokens drafted so far instead. Either decision uses only the draft's own distribution, so
     greedy output and the sampled distribution stay exactly the target's."""
 

@@ -1,7 +1,7 @@
 """An EAGLE-3 draft: one decoder layer over a fusion of the target's hidden states at several depths (low, middle,
 high), in the layout vLLM's `speculators` trains and serves (`speculators_model_type: eagle3`).
 
-Where the EAGLE-style draft (decode/feature_drafts.py `EagleDraft`) reads the target's *last* hidden state, this
+Where the EAGLE-style draft (decode/drafts/feature_drafts.py `EagleDraft`) reads the target's *last* hidden state, this
 one reads the residual stream entering a few of the target's layers (`aux_layers`, EAGLE-3's default: layers 2,
 N/2 and N-3 of N), concatenated per position (`layer_inputs`): `fc` maps them to one vector per slot. The decoder
 layer reads the next token's embedding and that vector side by side (q, k and v project their concatenation, 2H
@@ -10,7 +10,7 @@ output, through `norm` and the target's LM head, guesses the token after. Drafti
 next slot's vector (in place of `fc`'s), as EAGLE-3's training-time test trains it to.
 
 Weights carry speculators' names (`fc`, `layers.0.*`, `norm`); the export adds the head over the draft vocabulary
-and its id maps (decode/feature_export.py).
+and its id maps (decode/drafts/feature_export.py).
 
     draft = Eagle3Draft.from_target(target)                   # aux_layers=None: EAGLE-3's (2, N // 2, N - 3)
     hidden = draft.fuse(layer_inputs(target, ids, draft.aux_layers)[1])
@@ -23,7 +23,7 @@ import contextlib
 import torch
 from torch import nn
 
-from decode.feature_drafts import FeatureDraft, _Shared, causal_mask, layer_parts, one_layer_config
+from decode.drafts.feature_drafts import FeatureDraft, _Shared, causal_mask, layer_parts, one_layer_config
 
 
 def default_aux_layers(num_layers: int) -> list[int]:
@@ -130,7 +130,7 @@ class Eagle3Draft(FeatureDraft):
         ids of the tokens after them at `positions` -> the layer's outputs (B, S, H), before `norm` (what the next
         slot reads back). `mask`, `cache`: as EagleDraft.forward's."""
         layer = self.layers[0]
-        hidden = hidden.to(self.norm.weight.dtype)  # (fc may be an int8 layer: decode/quantize.py)
+        hidden = hidden.to(self.norm.weight.dtype)  # (fc may be an int8 layer: decode/drafts/quantize.py)
         embeds = layer.input_layernorm(self.get_input_embeddings()(next_ids))
         x = torch.cat([embeds, layer.hidden_norm(hidden)], dim=-1)
         if mask is None:

@@ -5,13 +5,13 @@ LM head. Stored as int8 (one scale per output row) and multiplied by torch's wei
 (`aten._weight_int8pack_mm`, bfloat16 activations), a pass over them reads a quarter of the bytes (measured
 effect: docs/results.md).
 
-Feature drafts (decode/feature_drafts.py) are quantized the same way: their own layers and their cut head; the
+Feature drafts (decode/drafts/feature_drafts.py) are quantized the same way: their own layers and their cut head; the
 target's embeddings and full LM head, which they share, never. Only the draft is quantized, and only for decoding: the target's logits decide what is emitted, so greedy output
 still equals the target's own and rejection sampling stays exact. What can change is how often the target agrees
 with the draft (alpha); eval/speculate.py measures it. The exported checkpoint is never quantized.
 
 `draft_quant=auto` quantizes when the draft is on a CPU and the int8 kernel is at least 5% faster there than the
-float weights (timed once per process, as in decode/fast_linear.py); `int8` always on CPU; `none` never.
+float weights (timed once per process, as in decode/kernels/fast_linear.py); `int8` always on CPU; `none` never.
 `int4` stores 4-bit weights in groups of 32-128 input columns, each group with its own scale and offset, and multiplies
 them with `aten._weight_int4pack_mm_for_cpu`: half the bytes of int8 again, at a larger rounding error, so it is
 chosen explicitly (never by auto), and its effect on acceptance is measured like any other draft's. A layer whose
@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decode.costs import fastest_ms
-from decode.draft_vocab import SubsetHead
-from decode.feature_drafts import is_feature_draft
-from decode.fast_linear import rows_first_linear
+from decode.kernels.timing import fastest_ms
+from decode.drafts.draft_vocab import SubsetHead
+from decode.drafts.feature_drafts import is_feature_draft
+from decode.kernels.fast_linear import rows_first_linear
 
 log = logging.getLogger(__name__)
 MODES = ("auto", "int8", "int4", "none")
@@ -119,8 +119,8 @@ class Int4Linear(nn.Module):
 
 
 def _own_cut_head(model) -> nn.Module | None:
-    """A feature draft's cut head (decode/draft_vocab.py's SubsetHead, made for this draft alone), or None. A feature
-    draft holds its head outside its submodules (decode/feature_drafts.py): uncut, that head is the target's own,
+    """A feature draft's cut head (decode/drafts/draft_vocab.py's SubsetHead, made for this draft alone), or None. A feature
+    draft holds its head outside its submodules (decode/drafts/feature_drafts.py): uncut, that head is the target's own,
     which is never quantized (the target's logits decide what is emitted)."""
     if not is_feature_draft(model):
         return None
@@ -139,7 +139,7 @@ def _linears(model) -> list[tuple[nn.Module, str, nn.Linear]]:
 @torch.inference_mode()
 def time_int8(model) -> dict:
     """One 1-row pass over the model's linear weights (what a draft step reads): the float weights in the faster of
-    decode/fast_linear.py's two layouts, against int8. Cached per process."""
+    decode/kernels/fast_linear.py's two layouts, against int8. Cached per process."""
     weights = list({id(layer.weight): layer.weight for _, _, layer in _linears(model)}.values())
     key = (tuple(tuple(w.shape) for w in weights), weights[0].dtype, torch.get_num_threads())
     if key not in _decisions:

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from decode.feature_drafts import FEATURE_KINDS, feature_draft_from_config
+from decode.drafts.eagle3 import Eagle3Draft
+from decode.drafts.feature_drafts import EAGLE_KINDS, FEATURE_KINDS, EagleDraft, FeatureDraft, MedusaHeads
 
 _MEDUSA_OURS = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.linear\.")  # ours: ResBlock.linear; vLLM's: the Linear
 DRAFT_HEAD_KEYS = ("lm_head.weight", "d2t", "t2d")  # eagle3: derived from the target's head and the kept ids
@@ -165,3 +166,20 @@ def load_feature_draft(folder, target, dtype: torch.dtype | None = None):
     dtype = dtype or target.get_output_embeddings().weight.dtype
     draft.load_state_dict(state, strict=True)
     return draft.to(dtype=dtype, device=target.get_output_embeddings().weight.device).attach(target).eval()
+
+
+def feature_draft_from_config(config: dict) -> FeatureDraft:
+    """A fresh (unattached) feature draft of the shape `config_dict()` describes."""
+    config = dict(config)
+    if config.get("draft_kind") == "medusa":
+        return MedusaHeads(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_layers"])
+    if config.get("draft_kind") in EAGLE_KINDS:
+        from transformers import AutoConfig
+
+        layer = dict(config["layer_config"])
+        layer_config = AutoConfig.for_model(layer.pop("model_type"), **layer)
+        layer_config._attn_implementation = "sdpa"
+        if config["draft_kind"] == "eagle3":
+            return Eagle3Draft(layer_config, config["aux_layers"])
+        return EagleDraft(layer_config)
+    raise ValueError(f"Not a feature draft config (draft_kind must be one of {FEATURE_KINDS}): {config.get('draft_kind')}")

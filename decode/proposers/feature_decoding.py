@@ -1,10 +1,10 @@
-"""Decoding with drafts that read the target's features (decode/feature_drafts.py), through the main loop.
+"""Decoding with drafts that read the target's features (decode/drafts/feature_drafts.py), through the main loop.
 
 `FeatureVerifier` is the chain verifier that also keeps the target's final hidden state at every position it has
 cached (rolled back with the cache): the features come from the verify pass that already ran, so a feature draft
 costs no target pass and no draft prefill of its own. `MedusaProposer` and `EagleProposer` bring it as their
 verifier (`make_verifier`) and read it when they draft. `MedusaTreeProposer` drafts Medusa's natural shape, a token
-tree (head k's top candidates at depth k, static or dynamic like decode/tree.py's), verified greedily by
+tree (head k's top candidates at depth k, static or dynamic like decode/proposers/tree.py's), verified greedily by
 `FeatureTreeVerifier`, which keeps the features of the accepted path.
 
 Both keep the main loop's laws: the target's pass is unchanged (greedy output identical), and when sampling they
@@ -20,11 +20,12 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decode.eagle3 import layer_inputs
-from decode.feature_drafts import EAGLE_KINDS, is_feature_draft
-from decode.sampling import sample
-from decode.speculative import ChainVerifier, DraftModelProposer, draft_confidence
-from decode.tree import GREEDY_ONLY, TreeDraft, TreeVerifier, choose_children, full_mask, tree_levels, tree_positions
+from decode.core.sampling import sample
+from decode.core.speculative import ChainVerifier, DraftModelProposer, draft_confidence
+from decode.core.trees import GREEDY_ONLY, TreeDraft, full_mask, tree_positions
+from decode.drafts.eagle3 import layer_inputs
+from decode.drafts.feature_drafts import EAGLE_KINDS, crop_cache, is_feature_draft
+from decode.proposers.tree import TreeVerifier, choose_children, tree_levels
 
 
 def _feature_width(model, aux_layers) -> int:
@@ -70,7 +71,7 @@ class _KeepsFeatures:
 class FeatureVerifier(_KeepsFeatures, ChainVerifier):
     """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position, or
     with `aux_layers` what enters those layers, concatenated (length, len(aux_layers) * H), as an EAGLE-3 draft
-    reads (decode/eagle3.py)."""
+    reads (decode/drafts/eagle3.py)."""
 
     def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
@@ -198,18 +199,18 @@ class EagleProposer(_FeatureProposer):
                 break
             predicted = self.draft(predicted, torch.tensor([[token]], device=device),
                                    torch.tensor([[m + i]], device=device), cache=self.cache)
-        _crop(self.cache, self.length)  # the guessed slots go; the true ones stay
+        crop_cache(self.cache, self.length)  # the guessed slots go; the true ones stay
         return drafted, torch.stack(probs) if probs else torch.empty(0)
 
     def rollback(self, keep):
         if self.length > keep:  # never in the main loop (true slots end before the kept tokens); kept for safety
-            _crop(self.cache, keep)
+            crop_cache(self.cache, keep)
             self.length, self.last = keep, None
 
 
 class FeatureTreeVerifier(_KeepsFeatures, TreeVerifier):
     """TreeVerifier keeping `features` (length, H) as FeatureVerifier does (final hidden states, or `aux_layers`'
-    inputs). A tree pass gives every node the hidden states a pass over its own path would (decode/tree.py's mask
+    inputs). A tree pass gives every node the hidden states a pass over its own path would (decode/proposers/tree.py's mask
     and positions), so keeping the accepted path keeps exactly the features a chain over it would have left."""
 
     def __init__(self, target, aux_layers: list[int] | None = None):
@@ -255,7 +256,7 @@ class FeatureTreeVerifier(_KeepsFeatures, TreeVerifier):
 
 
 class FeatureTreeShape:
-    """What every feature draft's tree proposer shares: its levels (decode/tree.py's `tree_levels`), its depth, and
+    """What every feature draft's tree proposer shares: its levels (decode/proposers/tree.py's `tree_levels`), its depth, and
     the feature-keeping tree verifier it brings."""
 
     def _set_levels(self, branching, depth, width, top_k) -> None:
@@ -305,13 +306,6 @@ class MedusaTreeProposer(FeatureTreeShape, _FeatureProposer):
         return TreeDraft(nodes, parents), torch.empty(0)
 
 
-def _crop(cache, keep: int) -> None:
-    """Keep the first `keep` slots (transformers 5's `crop` takes minus the count to drop)."""
-    extra = cache.get_seq_length() - keep
-    if extra > 0:
-        cache.crop(-extra)
-
-
 def draft_proposer(draft, confidence_threshold: float = 0.0, stop_rule=None):
     """The chain proposer for any draft: a feature draft's own, else DraftModelProposer."""
     if not is_feature_draft(draft):
@@ -322,29 +316,3 @@ def draft_proposer(draft, confidence_threshold: float = 0.0, stop_rule=None):
     return (EagleProposer if draft.draft_kind in EAGLE_KINDS else MedusaProposer)(draft, confidence_threshold)
 
 
-def step_timer(draft, context_len: int):
-    """A callable running one draft step of a feature draft after `context_len` cached slots (the cost model's
-    draft step): one Medusa head, or one EAGLE slot (its KV cache cropped back after each call; an EAGLE-3
-    draft's `fc`, which only the true features pass, is not counted)."""
-    device = draft.device
-    dtype = next(draft.parameters()).dtype
-    feature = torch.zeros(1, 1, draft.hidden_size, device=device, dtype=dtype)
-    head = draft.get_output_embeddings()
-    if draft.draft_kind == "medusa":
-        def medusa_step():
-            with torch.inference_mode():
-                head(draft.head_states(feature[0], 1)[0])
-        return medusa_step
-    cache = DynamicCache(config=draft.layer_config)
-    with torch.inference_mode():
-        n = max(1, context_len)
-        draft(feature.expand(1, n, -1), torch.zeros(1, n, dtype=torch.long, device=device),
-              torch.arange(n, device=device)[None], cache=cache)
-
-    def eagle_step():
-        with torch.inference_mode():
-            out = draft(feature, torch.zeros(1, 1, dtype=torch.long, device=device),
-                        torch.tensor([[n]], device=device), cache=cache)
-            draft.logits(out[0, -1])
-            _crop(cache, n)
-    return eagle_step

@@ -13,8 +13,8 @@ weights): they are attached at build or load time (`attach`), as serving engines
   `pre_lm_head_layernorm` and the LM head) guess token t+2. Drafting continues autoregressively by feeding its own
   output back as the next slot's feature.
 
-An EAGLE-3 draft (several target layers' inputs, speculators' eagle3 layout) is in decode/eagle3.py. Parameters and
-weight names follow vLLM's formats (decode/feature_export.py writes and reads them).
+An EAGLE-3 draft (several target layers' inputs, speculators' eagle3 layout) is in decode/drafts/eagle3.py. Parameters and
+weight names follow vLLM's formats (decode/drafts/feature_export.py writes and reads them).
 
     draft = EagleDraft.from_target(target)        # or MedusaHeads.from_target(target, num_heads=3)
 """
@@ -67,7 +67,7 @@ class FeatureDraft(nn.Module):
     def get_output_embeddings(self):
         return self._shared.head
 
-    def set_output_embeddings(self, head):  # decode/draft_vocab.py cuts the head for decoding: this draft only
+    def set_output_embeddings(self, head):  # decode/drafts/draft_vocab.py cuts the head for decoding: this draft only
         self._shared = _Shared(self._shared.embed, head)
 
     def get_input_embeddings(self):
@@ -154,7 +154,7 @@ def one_layer_config(target_config):
 
 class EagleDraft(FeatureDraft):
     draft_kind = "eagle"
-    aux_layers = None  # reads the target's final hidden states (decode/eagle3.py reads some layers' inputs)
+    aux_layers = None  # reads the target's final hidden states (decode/drafts/eagle3.py reads some layers' inputs)
 
     def __init__(self, layer_config):
         super().__init__()
@@ -200,7 +200,7 @@ class EagleDraft(FeatureDraft):
                                 use_cache=cache is not None)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """The target's features as a slot reads them: as they are (decode/eagle3.py's maps several layers' to one)."""
+        """The target's features as a slot reads them: as they are (decode/drafts/eagle3.py's maps several layers' to one)."""
         return features
 
     def head_input(self, predicted: torch.Tensor) -> torch.Tensor:
@@ -213,25 +213,6 @@ class EagleDraft(FeatureDraft):
     def config_dict(self) -> dict:
         return {"draft_kind": self.draft_kind, "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
                 "layer_config": self.layer_config.to_dict()}
-
-
-def feature_draft_from_config(config: dict) -> FeatureDraft:
-    """A fresh (unattached) feature draft of the shape `config_dict()` describes."""
-    config = dict(config)
-    if config.get("draft_kind") == "medusa":
-        return MedusaHeads(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_layers"])
-    if config.get("draft_kind") in EAGLE_KINDS:
-        from transformers import AutoConfig
-
-        layer = dict(config["layer_config"])
-        layer_config = AutoConfig.for_model(layer.pop("model_type"), **layer)
-        layer_config._attn_implementation = "sdpa"
-        if config["draft_kind"] == "eagle3":
-            from decode.eagle3 import Eagle3Draft
-
-            return Eagle3Draft(layer_config, config["aux_layers"])
-        return EagleDraft(layer_config)
-    raise ValueError(f"Not a feature draft config (draft_kind must be one of {FEATURE_KINDS}): {config.get('draft_kind')}")
 
 
 def causal_mask(queries: int, past: int, dtype, device) -> torch.Tensor:
@@ -265,3 +246,10 @@ def unroll_allowed(length: int, steps: int) -> torch.Tensor:
                 row.append(torch.zeros(length, length, dtype=torch.bool))
         blocks.append(torch.cat(row, dim=1))
     return torch.cat(blocks, dim=0)  # every query sees at least itself (r = s): no empty row, no NaN
+
+
+def crop_cache(cache, keep: int) -> None:
+    """Keep the first `keep` slots (transformers 5's `crop` takes minus the count to drop)."""
+    extra = cache.get_seq_length() - keep
+    if extra > 0:
+        cache.crop(-extra)

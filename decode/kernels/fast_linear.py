@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decode.costs import fastest_ms
+from decode.kernels.timing import fastest_ms
 
 log = logging.getLogger(__name__)
 LAYOUTS = ("torch", "rows_first", "prepacked")
@@ -106,7 +106,7 @@ def _linears(model) -> list[nn.Linear]:
 
 def _sweep_ms(ways: dict, rows: int, repeats: int) -> dict[str, float]:
     """Per layout, its fastest of `repeats` passes over every weight (what one decode step reads), the layouts
-    taking turns (decode.costs.fastest_ms: a burst of load from elsewhere does not pick the layout)."""
+    taking turns (decode.kernels.timing.fastest_ms: a burst of load from elsewhere does not pick the layout)."""
     originals = ways["torch"][0]  # every way holds the same weights (a prepacked way: reordered copies), in order
     by_width = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in originals}
     xs = [by_width[w.shape[1]] for w in originals]

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from decode.embedded import embedded_model_dir, is_embedded
+from decode.models.embedded import embedded_model_dir, is_embedded
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def load_drafts(paths, tokenizer, target, target_name: str, *, dtype: str = "flo
                 cache_dir: str | Path | None = None, device: str | None = None) -> dict:
     """{path: frozen draft} for exported draft folders (or Hub ids), each checked against the target's
     vocabulary as soon as it loads, before any decoding."""
-    from decode.feature_export import feature_kind_of, load_feature_draft
+    from decode.drafts.feature_export import feature_kind_of, load_feature_draft
 
     drafts = {}
     for path in paths:

@@ -2,7 +2,7 @@
 
 A decode step at batch size 1 runs a few hundred small kernels per forward pass: on a CPU the Python and op
 dispatch between the matmuls are a sizeable part of a small target's step, and on a GPU the launches are the
-step. Inside `compiled_decoding(models, ...)`, every `CachedLM` of those models (decode/speculative.py) keeps
+step. Inside `compiled_decoding(models, ...)`, every `CachedLM` of those models (decode/core/speculative.py) keeps
 its keys and values in a transformers `StaticCache` of fixed length, and runs passes of 1..max_rows tokens through
 `torch.compile(fullgraph=True)` of the model's forward: fused kernels on CPU, and with mode `reduce-overhead` on
 CUDA, CUDA graphs replayed per step. Prompts (longer passes) run eagerly into the same cache. Rolling back

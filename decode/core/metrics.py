@@ -73,7 +73,7 @@ def replayed_speedup(steps: Iterable, draft_step_s: float | dict, target_pass_s:
     (`confidence_threshold`). With target_pass_s all 1 and draft_step_s = c it is Leviathan's form for those steps.
     Steps drafted by prompt lookup (`source == "lookup"`) cost no draft step; a token tree's step costs one draft
     pass per depth (`draft_passes`) and a target pass over all its nodes (`verified`). Steps drafted by several
-    proposers (decode/router.py): `draft_step_s` maps each step's source to its draft pass time."""
+    proposers (decode/proposers/router.py): `draft_step_s` maps each step's source to its draft pass time."""
     steps = list(steps)
     pairs = _pairs(steps)
     emitted = sum(a + 1 for _, a in pairs)

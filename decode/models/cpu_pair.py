@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from decode.draft_vocab import restrict_vocab
-from decode.loading import load_drafts, load_frozen, load_tokenizer, special_token_ids
-from decode.quantize import quantize_draft
-from decode.runtime import setup_cpu
+from decode.drafts.draft_vocab import restrict_vocab
+from decode.models.loading import load_drafts, load_frozen, load_tokenizer, special_token_ids
+from decode.drafts.quantize import quantize_draft
+from decode.kernels.runtime import setup_cpu
 
 TARGET = "embedded:smollm2-135m-instruct"
 

@@ -11,8 +11,8 @@ Why the first ids: byte-level BPE tokenizers (GPT-2, Llama 3, Qwen, SmolLM, ...)
 and merges are learned most-frequent first, so low ids are the frequent ones. No corpus is needed. But merge order
 follows the tokenizer's training corpus, not the target's domain: with a 151,936-id vocabulary the first 8192 ids
 may miss many tokens of code that the target writes, and every such token caps acceptance. So a head can instead keep
-the ids most frequent in a text of the domain (`rank_tokens`, `eval/speculate.py draft_vocab_from=<file>`), ideally the
-target's own answers, never the evaluation prompts.
+the ids most frequent in a text of the domain (`rank_tokens` in data/token_ranking.py, `eval/speculate.py
+draft_vocab_from=<file>`), ideally the target's own answers, never the evaluation prompts.
 
 The head scatters its `size` logits into a full-vocabulary row filled with -inf, so the rest of the decoder (and
 transformers' assisted generation) sees ordinary logits: the draft's distribution q is zero outside the kept ids.
@@ -38,7 +38,7 @@ AUTO_CPU_SIZE = 8192  # draft_vocab=auto on CPU
 
 class SubsetHead(nn.Module):
     """LM head over `ids` only; returns full-vocabulary logits, -inf outside `ids`. `proj` is a plain nn.Linear
-    so decode/quantize.py and decode/fast_linear.py treat it like any other layer."""
+    so decode/drafts/quantize.py and decode/kernels/fast_linear.py treat it like any other layer."""
 
     def __init__(self, head: nn.Linear, ids: torch.Tensor):
         super().__init__()
@@ -60,19 +60,9 @@ class SubsetHead(nn.Module):
         return f"keeps {len(self.ids)} of {self.vocab_size} token ids"
 
 
-def rank_tokens(token_ids, vocab_size: int) -> list[int]:
-    """The ids that occur in `token_ids`, most frequent first (ties: the lower id first)."""
-    ids = torch.as_tensor(list(token_ids), dtype=torch.long)
-    ids = ids[(ids >= 0) & (ids < vocab_size)]
-    counts = torch.bincount(ids, minlength=vocab_size)
-    seen = torch.nonzero(counts).flatten()
-    order = sorted(seen.tolist(), key=lambda i: (-int(counts[i]), i))
-    return order
-
-
 def kept_ids(vocab_size: int, size: int, keep=(), ranking=None) -> torch.Tensor:
     """The ids a head of `size` keeps, sorted: every id in `keep` (special tokens), then the ids of `ranking` in its
-    order (most frequent first, `rank_tokens`), then the lowest other ids."""
+    order (most frequent first, data/token_ranking.py `rank_tokens`), then the lowest other ids."""
     special = sorted({int(i) for i in keep if 0 <= int(i) < vocab_size})
     if size < len(special) + 1:
         raise ValueError(f"draft_vocab={size} cannot hold the {len(special)} special tokens and one more. "

@@ -26,7 +26,7 @@ nothing to propose (lookup without a match) hands the step to the next best.
 
 Lossless: the choice uses only earlier steps, before the target sees this step's drafts; each option's proposal
 carries its own distribution q (greedy output stays the target's; sampling stays exactly the target's law, as for
-each option alone). Tree options only verify greedily (decode/tree.py). `with_auto_off` gives a single proposer
+each option alone). Tree options only verify greedily (decode/proposers/tree.py). `with_auto_off` gives a single proposer
 (any policy) the same auto-off.
 """
 
@@ -39,8 +39,9 @@ from dataclasses import dataclass
 
 import torch
 
-from decode.metrics import expected_tokens_per_step, pass_seconds
-from decode.tree import TreeDraft, TreeVerifier
+from decode.core.metrics import expected_tokens_per_step, pass_seconds
+from decode.core.trees import TreeDraft
+from decode.proposers.tree import TreeVerifier
 
 
 @dataclass
@@ -60,7 +61,7 @@ def step_rate(alpha: float, gamma: int, step_s: float, target_pass_s: list[float
 
 class RouterProposer:
     """Chooses one of `options` (or no draft) each step; see the module docstring. `target_pass_s[k-1]` is the time
-    of a k-token target pass (decode/costs.py)."""
+    of a k-token target pass (decode/core/costs.py)."""
 
     def __init__(self, options: list[Option], target_pass_s: list[float], memory: float = 0.9,
                  prior_alpha: float = 0.6, prior_weight: float = 2.0, probe_every: int = 16, min_gain: float = 1.0,
@@ -87,7 +88,7 @@ class RouterProposer:
             self.make_verifier = TreeVerifier  # it scores chains as well as trees
         feature = [o.proposer for o in options if callable(getattr(o.proposer, "make_verifier", None))
                    and not isinstance(o.proposer.make_verifier, type)]
-        if feature:  # a feature draft (decode/feature_decoding.py) reads its own verifier's hidden states
+        if feature:  # a feature draft (decode/proposers/feature_decoding.py) reads its own verifier's hidden states
             if len(feature) > 1 or len(feature) < len([o for o in options if hasattr(o.proposer, "make_verifier")]):
                 raise ValueError("A feature draft (Medusa, EAGLE-style) can be routed only with proposers that use a "
                                  "plain chain verifier (prompt lookup, standalone drafts), and one at a time.")

@@ -4,7 +4,7 @@ At temperature 0 the decoder accepts a drafted token iff it is the target's next
 decoding continues on the target's greedy path. So one teacher-forced draft pass over prompt + the target's greedy
 continuation tells, at every position, the draft's token, whether the target agrees and how sure the draft was; every
 (gamma, confidence_threshold) rule can then be replayed on those positions, and priced with the cost model
-(decode/costs.py), with no assumption that acceptance is i.i.d. `eval/speculate.py gamma=auto` chooses this way at
+(decode/core/costs.py), with no assumption that acceptance is i.i.d. `eval/speculate.py gamma=auto` chooses this way at
 temperature 0.
 
 What the replay gets exactly (up to float rounding between a full pass and cached steps): every step's accepted
@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from decode.metrics import replayed_speedup
+from decode.core.metrics import replayed_speedup
 
 Position = tuple[float, bool]  # (the draft's probability of its greedy token, whether the target's token is the same)
 

@@ -2,58 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
+from transformers import DynamicCache
 
-from decode.feature_decoding import step_timer
-from decode.feature_drafts import is_feature_draft
-from decode.speculative import CachedLM
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():  # GPU kernels run asynchronously: wait for them before reading the clock
-        torch.cuda.synchronize()
-
-
-def median_seconds(fn, repeats: int, between=None) -> float:
-    """Median wall time of `fn()` over `repeats` calls, after one warm-up call (GPU work waited for).
-    `between()`, if given, runs untimed before each timed call."""
-    return median_seconds_each([fn], repeats, between)[0]
-
-
-def seconds_in_turns(fns: list, repeats: int, between=None) -> list[list[float]]:
-    """Per function, the wall times of `repeats` calls, after one warm-up call each (GPU work waited for). The
-    functions take turns call by call, so a burst of load from elsewhere on a shared machine slows one call of
-    several functions instead of every call of one (timed back to back, a burst lasting the repeats once made the
-    cost model promise far more than decoding then delivered).
-    `between()`, if given, runs untimed before each timed call."""
-    for fn in fns:
-        fn()  # warm-up
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, seen in zip(fns, times):
-            if between is not None:
-                between()
-            _sync()
-            t = time.perf_counter()
-            fn()
-            _sync()
-            seen.append(time.perf_counter() - t)
-    return times
-
-
-def median_seconds_each(fns: list, repeats: int, between=None) -> list[float]:
-    """Per function, its median wall time over `repeats` calls taken in turns (seconds_in_turns)."""
-    return [statistics.median(seen) for seen in seconds_in_turns(fns, repeats, between)]
-
-
-def fastest_ms(fns: dict, repeats: int) -> dict[str, float]:
-    """Per named function, its fastest of `repeats` calls taken in turns (seconds_in_turns), in milliseconds: a burst
-    of load slows one call of each, and the minimum leaves it out. For choosing between ways of doing the same work."""
-    times = seconds_in_turns(list(fns.values()), repeats)
-    return {name: round(min(seen) * 1e3, 2) for name, seen in zip(fns, times)}
+from decode.core.speculative import CachedLM
+from decode.drafts.feature_drafts import crop_cache, is_feature_draft
+from decode.kernels.timing import median_seconds, median_seconds_each
 
 
 def decoding_context(prompt: list[int], max_new_tokens: int) -> list[int]:
@@ -101,3 +55,31 @@ def measure_costs(target, draft, context: list[int], max_k: int, repeats: int = 
                                              between=lambda: target_pass(min(2, max_k)))
         out["cost_ratio_c"] = out["draft_step_s"] / passes[0]
     return out
+
+
+def step_timer(draft, context_len: int):
+    """A callable running one draft step of a feature draft after `context_len` cached slots (the cost model's
+    draft step): one Medusa head, or one EAGLE slot (its KV cache cropped back after each call; an EAGLE-3
+    draft's `fc`, which only the true features pass, is not counted)."""
+    device = draft.device
+    dtype = next(draft.parameters()).dtype
+    feature = torch.zeros(1, 1, draft.hidden_size, device=device, dtype=dtype)
+    head = draft.get_output_embeddings()
+    if draft.draft_kind == "medusa":
+        def medusa_step():
+            with torch.inference_mode():
+                head(draft.head_states(feature[0], 1)[0])
+        return medusa_step
+    cache = DynamicCache(config=draft.layer_config)
+    with torch.inference_mode():
+        n = max(1, context_len)
+        draft(feature.expand(1, n, -1), torch.zeros(1, n, dtype=torch.long, device=device),
+              torch.arange(n, device=device)[None], cache=cache)
+
+    def eagle_step():
+        with torch.inference_mode():
+            out = draft(feature, torch.zeros(1, 1, dtype=torch.long, device=device),
+                        torch.tensor([[n]], device=device), cache=cache)
+            draft.logits(out[0, -1])
+            crop_cache(cache, n)
+    return eagle_step

@@ -1,12 +1,12 @@
 """The EAGLE-style draft as a token tree (EAGLE-2's shape): the draft grows a tree over its own KV cache, one layer
-pass per depth, and the target verifies every node in one pass (decode/tree.py, `FeatureTreeVerifier`).
+pass per depth, and the target verifies every node in one pass (decode/proposers/tree.py, `FeatureTreeVerifier`).
 
 A tree node is a drafted token. Its *slot* (what the draft layer reads to guess the node's children) is the
 predicted feature of its parent (the root's is the last true slot's prediction, as in the chain) and the node's own
 token, at position `m + depth - 1`, attending to every true slot and to its ancestors' slots only: exactly the
 slots a chain along the node's path would have fed (`slot_mask`). Static trees keep `branching[d]` children of every
 node at depth d; dynamic trees keep, per depth, the `width` paths with the highest product of draft probabilities
-among each frontier node's `top_k` children (decode/tree.py's `choose_children`). The deepest level is never fed.
+among each frontier node's `top_k` children (decode/proposers/tree.py's `choose_children`). The deepest level is never fed.
 After the step the guessed slots leave the draft's cache; the verifier keeps the features of the accepted path, which
 the next step's catch-up reads. Greedy only, like every token tree here.
 
@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import torch
 
-from decode.feature_decoding import EagleProposer, FeatureTreeShape, _crop
-from decode.feature_drafts import additive
-from decode.tree import GREEDY_ONLY, TreeDraft, choose_children, depths, tree_mask
+from decode.drafts.feature_drafts import crop_cache
+from decode.proposers.feature_decoding import EagleProposer, FeatureTreeShape
+from decode.drafts.feature_drafts import additive
+from decode.core.trees import GREEDY_ONLY, TreeDraft, depths, tree_mask
+from decode.proposers.tree import choose_children
 
 
 def slot_mask(parents: list[int], past: int, rows: slice) -> torch.Tensor:
@@ -68,5 +70,5 @@ class EagleTreeProposer(FeatureTreeShape, EagleProposer):
             nodes += [t for _, t, _ in picks]
             scores = torch.tensor([s for _, _, s in picks])
             frontier = slice(frontier.stop, len(nodes))
-        _crop(self.cache, m)  # the guessed slots go; the true ones stay
+        crop_cache(self.cache, m)  # the guessed slots go; the true ones stay
         return TreeDraft(nodes, parents), torch.empty(0)

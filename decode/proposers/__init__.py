@@ -1,0 +1,7 @@
+"""Ways to draft tokens, each a Proposer of decode/core/speculative.py (tree proposers bring their Verifier).
+
+`ngram.py` (prompt lookup), `tree.py` (static and dynamic token trees from a draft model), `router.py` (a proposer
+chosen per step by the cost model, or none), `schedule.py` and `predict_gamma.py` (how many tokens to draft),
+`feature_decoding.py` and `eagle_tree.py` (chains and trees of feature drafts). A new proposer is a new module here;
+it may import decode/core, decode/drafts and decode/kernels.
+"""
