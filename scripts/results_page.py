@@ -1,14 +1,17 @@
-"""Render docs/results.md, bench/README.md and the README's results table from the kept result files.
+"""Render the results pages from the kept result files: each result's page (bench/<topic>/<name>/result.md), the
+index of current results (docs/results.md), the archive (docs/results-archive.md), bench/README.md and the
+README's tables (from current results only).
 
     python scripts/results_page.py            # or: make results
-    python scripts/results_page.py --check    # exit 1 if any of the three is out of date (a test runs this)
+    python scripts/results_page.py --check    # exit 1 if any generated page is out of date (a test runs this)
 
 Every kept result is a folder under bench/<topic>/ with a meta.json: title, date, the commit it landed in, the
 command that reproduces it, and which files hold what (`files`: path -> kind: speculate | acceptance |
 bench_decoder | draft_quant | files). Tables are rendered from those files, never typed by hand. One result may say
 `"headline": true`: its table also goes into README.md between the results markers; results that say
 `"policies": "<pair>"` share the README's policy table (between the policies markers). Drafts are named by
-bench/drafts.json (local output paths -> what the draft is).
+bench/drafts.json (local output paths -> what the draft is). A result is archived when its meta.json says why
+(`"archived": "<reason>"`) or when it was measured before the held-out tune / test prompt sets existed.
 """
 
 from __future__ import annotations
@@ -189,20 +192,49 @@ def cost_model_lines(data: dict) -> list[str]:
             f"target passes of 1..5 tokens {passes} ms. With these costs the cost model says: " + "; ".join(need) + "."]
 
 
-def section(meta: dict, labels: dict, level: str = "###") -> list[str]:
-    rel = meta["dir"].relative_to(ROOT)
+PAGE = "result.md"  # each result's full page, beside its files
+ARCHIVE = DOCS / "results-archive.md"
+HELD_OUT_SINCE = "2026-12-01"  # the held-out tune / test prompt sets (data/prompts.py) exist from this date
+
+
+def rendered(meta: dict) -> list[tuple[str, str, dict]]:
+    """(file name, kind, parsed data) of every rendered file of a result (kind `files` is only linked)."""
+    return [(name, kind, json.loads((meta["dir"] / name).read_text())) for name, kind in meta["files"].items()
+            if kind != "files"]
+
+
+def archived(meta: dict) -> str | None:
+    """Why a result no longer describes the code (None: current). Said in its meta.json (`archived`), or: it was
+    measured on the built-in prompt sets before the held-out tune / test sets, which the code no longer has."""
+    if meta.get("archived"):
+        return meta["archived"]
+    old = meta["date"] < HELD_OUT_SINCE or any(
+        not any("split" in r for r in data.get("records", [])[:1]) and "split" not in data.get("conditions", {})
+        for _, kind, data in rendered(meta))
+    return ("measured on the built-in prompt sets of its time, before the held-out tune / test prompts "
+            f"({HELD_OUT_SINCE}): its command now decodes other prompts") if old else None
+
+
+def section(meta: dict, labels: dict, level: str = "#") -> list[str]:
+    """A result's full page (bench/<topic>/<name>/result.md): what, when, how to reproduce, every table."""
+    docs = "../../../docs"
     lines = [f"{level} {meta['title']}", "",
              f"Measured {meta['date']}, commit `{meta['commit']}`"
-             + (f" ({meta['commit_note']})" if meta.get("commit_note") else "") + f"; files: [`{rel}/`](../{rel}/). "
+             + (f" ({meta['commit_note']})" if meta.get("commit_note") else "") + ". "
              f"Reproduce: `{meta['command']}`", ""]
+    if archived(meta):
+        lines += [f"**Archived**: {archived(meta)}. Index of archived results: [results-archive.md]({docs}/"
+                  "results-archive.md).", ""]
+    lines += ["Speedups are tokens/s of speculative decoding over target-only decoding with the same decoder; "
+              f"metric definitions: [metrics.md]({docs}/metrics.md). Index of current results: "
+              f"[results.md]({docs}/results.md).", ""]
     if meta.get("note"):
         lines += [meta["note"], ""]
     for name, kind in meta["files"].items():
-        path = meta["dir"] / name
         if kind == "files":
-            lines += [f"![{name}](../{rel}/{name})" if name.endswith(".png") else f"- [`{name}`](../{rel}/{name})"]
+            lines += [f"![{name}]({name})" if name.endswith(".png") else f"- [`{name}`]({name})"]
             continue
-        data = json.loads(path.read_text())
+        data = json.loads((meta["dir"] / name).read_text())
         if len(meta["files"]) > 1:
             lines += [f"`{name}`:", ""]
         lines += RENDER[kind](data, labels) + ["", conditions_line(data, kind), ""]
@@ -211,39 +243,77 @@ def section(meta: dict, labels: dict, level: str = "###") -> list[str]:
     return lines + [""]
 
 
+def figure(meta: dict, labels: dict) -> str:
+    """A result's figure in one line, from its files: the fastest of our decoder's settings (with its interval),
+    the best acceptance, or the fastest method; `–` for results kept as plain files."""
+    files = sorted(rendered(meta), key=lambda f: f[2].get("records", [{}])[0].get("split") != "test")  # test first
+    for _, kind, data in files:
+        if kind == "speculate":
+            ours = [r for r in data["records"] if not str(r.get("proposer", "")).startswith("transformers")]
+            r = max(ours or data["records"], key=lambda r: r["speedup"])
+            return (f"fastest of {len(data['records'])}: **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
+                    f"({row_label(r, labels)}, {r['domain']}, T={r['temperature']:g}, "
+                    f"γ={r.get('gamma_setting', r['gamma'])}, α {f3(r['alpha'])})")
+        if kind == "acceptance":
+            r = max(data["records"], key=lambda r: r["alpha_tf"])
+            return f"best α_tf **{f3(r['alpha_tf'])}** ({draft_label(r['draft'], labels)}, {r['domain']})"
+        if kind == "bench_decoder":
+            r = max(data["rows"], key=lambda r: r["tok_s"])
+            return f"fastest **{r['tok_s']:.1f} tok/s** ({r['method']}, {fx(r.get('speedup'))} of target-only)"
+        if kind == "draft_quant":
+            r = max(data["records"], key=lambda r: r["expected_speedup"])
+            return f"best cost-model speedup **{fx(r['expected_speedup'])}** ({r['variant']}, γ={r['gamma']})"
+    return "–"
+
+
+def index_rows(chosen: list[dict], labels: dict, docs_to_bench: str) -> list[str]:
+    rows = ["| result | figure | measured |", "|---|---|---|"]
+    for m in chosen:
+        rel = m["dir"].relative_to(ROOT)
+        rows.append(f"| [{m['title']}]({docs_to_bench}{rel}/{PAGE}) | {figure(m, labels)} "
+                    f"| {m['date']}, `{m['commit']}` |")
+    return rows
+
+
 def results_page(results: list[dict], labels: dict) -> str:
+    current = [m for m in results if not archived(m)]
     lines = ["# Results", "",
              "Generated by `make results` (`scripts/results_page.py`) from the result files under `bench/`; do not "
-             "edit by hand. Each section names the date, the commit the result landed in and the command that "
-             "reproduces it. Speedups are tokens/s of speculative decoding over target-only decoding with the same "
-             "decoder; intervals, where shown, are 95% bootstrap intervals across prompts. Older results were "
-             "measured before intervals were recorded: read their speedups with the machine's noise in mind (a few "
-             "percent between runs on the shared 2-core development machine). Results whose conditions name no "
-             "`test` split ran on the built-in prompt sets of their time (12 hand-written prompts per domain, before "
-             "2026-12-01's held-out tune / test sets): their commands now decode other prompts. Metric definitions: "
-             "[metrics.md](metrics.md).", ""]
-    head = [m for m in results if m.get("headline")]
+             "edit by hand. One line per current result: its figure (the fastest setting of a grid is an optimistic "
+             "figure; its page says which prompts chose what) and a link to its page, which holds every table, the "
+             "conditions, the command that reproduces it and the commit it was measured at. Speedups are tokens/s "
+             "of speculative decoding over target-only decoding with the same decoder, [95% bootstrap interval "
+             "across prompts]. Metric definitions: [metrics.md](metrics.md). Results that no longer describe the "
+             f"code: [results-archive.md](results-archive.md) ({len(results) - len(current)}).", ""]
+    head = [m for m in current if m.get("headline")]
     if head:
-        lines += ["## Headline", ""] + section(head[0], labels, "###")
+        lines += ["## Headline", ""] + index_rows(head, labels, "../") + [""]
     for topic, title in TOPICS.items():
-        chosen = [m for m in results if m["topic"] == topic and not m.get("headline")]
+        chosen = [m for m in current if m["topic"] == topic and not m.get("headline")]
         if chosen:
-            lines += [f"## {title}", ""]
-            for m in chosen:
-                lines += section(m, labels)
+            lines += [f"## {title}", ""] + index_rows(chosen, labels, "../") + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def archive_page(results: list[dict], labels: dict) -> str:
+    old = [m for m in results if archived(m)]
+    lines = ["# Archived results", "",
+             "Generated by `make results`. Results kept for their history that no longer describe the code (each "
+             "page says why); current results: [results.md](results.md).", ""] + index_rows(old, labels, "../")
     return "\n".join(lines).rstrip() + "\n"
 
 
 def bench_index(results: list[dict]) -> str:
     lines = ["# bench/: kept results", "",
-             "Generated by `make results` (`scripts/results_page.py`); rendered tables are on "
-             "[docs/results.md](../docs/results.md). One folder per result, by topic; each has a `meta.json` "
-             "(title, date, commit, command, files) and the files the command wrote. Scripts kept beside a result "
+             "Generated by `make results` (`scripts/results_page.py`); the index of current results is "
+             "[docs/results.md](../docs/results.md), of archived ones [docs/results-archive.md]"
+             "(../docs/results-archive.md). One folder per result, by topic; each has a `meta.json` (title, date, "
+             "commit, command, files), the files the command wrote and `result.md`, its page with every table. Scripts kept beside a result "
              "are the one-off tools that produced it. How to add one: [docs/development.md](../docs/development.md).",
              "", "| topic | result | date | commit | command |", "|---|---|---|---|---|"]
     for m in results:
         rel = m["dir"].relative_to(BENCH)
-        lines.append(f"| {m['topic']} | [{m['title']}]({rel}/) | {m['date']} | `{m['commit']}` "
+        lines.append(f"| {m['topic']} | [{m['title']}]({rel}/{PAGE}) | {m['date']} | `{m['commit']}` "
                      f"| `{m['command']}` |")
     return "\n".join(lines) + "\n"
 
@@ -313,7 +383,7 @@ def policies_block(results: list[dict]) -> str:
             r = cells.get((k, p, d))
             row.append("–" if r is None else f"{fx(r['speedup'])}{interval(r.get('speedup_ci'), f2)}")
         rows.append(f"| {policy_label(k)} | " + " | ".join(row) + " |")
-    runs_line = "; ".join(f"{m['policies']}: [{m['dir'].name}](bench/{m['topic']}/{m['dir'].name}/) (commit "
+    runs_line = "; ".join(f"{m['policies']}: [{m['dir'].name}](bench/{m['topic']}/{m['dir'].name}/{PAGE}) (commit "
                           f"`{m['commit']}`)" for m in runs)
     return "\n".join([P_START, "Speedup over target-only [95% interval across test prompts], one interleaved run per "
                       "pair: " + runs_line + "; commands, α, τ, tok/s, cost model: [docs/results.md](docs/results.md).",
@@ -333,7 +403,7 @@ def gpu_lines(results: list[dict], labels: dict) -> list[str]:
         gpu = data["conditions"].get("gpu") or "GPU"
         lines += [f"On a GPU ({gpu}, {m['date']}, draft: {draft_label(best['draft'], labels)}): best measured "
                   f"speedup {fx(best['speedup'])} (γ={best['gamma']}, T={best['temperature']:g}, {best['n_prompts']} "
-                  f"{best['domain']} prompts, no interval recorded); [details](docs/results.md#on-a-gpu).", ""]
+                  f"{best['domain']} prompts, no interval recorded); [details](bench/gpu/{m['dir'].name}/{PAGE}).", ""]
     return lines
 
 
@@ -347,11 +417,13 @@ def replace_block(text: str, start: str, end: str, block: str) -> str:
 def render_all() -> dict[Path, str]:
     labels = json.loads((BENCH / "drafts.json").read_text())
     results = load_results()
+    current = [m for m in results if not archived(m)]  # the README quotes current results only
     readme = (ROOT / "README.md").read_text()
-    readme = replace_block(readme, START, END, readme_block(results, labels))
-    readme = replace_block(readme, P_START, P_END, policies_block(results))
-    return {DOCS / "results.md": results_page(results, labels), BENCH / "README.md": bench_index(results),
-            ROOT / "README.md": readme}
+    readme = replace_block(readme, START, END, readme_block(current, labels))
+    readme = replace_block(readme, P_START, P_END, policies_block(current))
+    pages = {m["dir"] / PAGE: "\n".join(section(m, labels)).rstrip() + "\n" for m in results}
+    return {DOCS / "results.md": results_page(results, labels), ARCHIVE: archive_page(results, labels),
+            BENCH / "README.md": bench_index(results), ROOT / "README.md": readme, **pages}
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "bench" / "README.md"]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "bench" / "README.md",
+        *sorted((REPO / "bench").glob("*/*/result.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -93,3 +94,29 @@ def test_policy_table_has_one_row_per_policy_in_every_run_and_one_column_per_pai
     assert body[0].startswith("| chain, gamma=auto | 1.10x [1.00, 1.20] |")
     assert body[1].startswith("| chain, γ=3 | 1.00x [0.90, 1.10] |") and body[2].startswith("| router (")
     assert block.startswith(results_page.P_START) and block.endswith(results_page.P_END)
+
+
+def test_results_index_is_short_and_archives_what_no_longer_describes_the_code(tmp_path):
+    assert len((REPO / "docs" / "results.md").read_bytes()) <= 20_000
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.pop(0)
+    folder = tmp_path / "decoding" / "x"
+    folder.mkdir(parents=True)
+    rec = {"draft": "d", "domain": "code", "temperature": 0.0, "gamma": 3, "alpha": 0.5, "tau": 2.0, "speedup": 1.5,
+           "target_tok_s": 4.0, "spec_tok_s": 6.0, "n_prompts": 8,
+           "speedup_ci": [1.4, 1.6], "split": "test"}
+    (folder / "results.json").write_text(json.dumps({"records": [rec], "conditions": {}}))
+    meta = {"dir": folder, "topic": "decoding", "title": "t", "date": "2026-12-02", "commit": "abc", "command": "c",
+            "files": {"results.json": "speculate"}}
+    assert results_page.archived(meta) is None
+    assert "**1.50x** [1.40, 1.60]" in results_page.figure(meta, {})
+    assert "held-out" in results_page.archived({**meta, "date": "2026-11-30"})  # before the held-out prompt sets
+    (folder / "results.json").write_text(json.dumps({"records": [{k: v for k, v in rec.items() if k != "split"}],
+                                                   "conditions": {}}))
+    assert results_page.archived(meta)  # prompts with no recorded split
+    assert results_page.archived({**meta, "archived": "superseded by y"}) == "superseded by y"
+    page = "\n".join(results_page.section({**meta, "archived": "superseded by y"}, {}))
+    assert "**Archived**: superseded by y" in page and "Reproduce: `c`" in page
