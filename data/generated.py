@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Iterator
 
+from data.checks import UsageError, torn_tail
 from data.corpus_prompts import code_prompts, medical_prompts
 from data.prompts import reserved_prompts
 
@@ -90,7 +91,7 @@ PROMPT_SOURCES = {"general": general_prompts, "everyday": everyday_prompts, "med
 def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
     """n distinct training prompts for `domain`, shuffled deterministically, never an evaluation prompt."""
     if domain not in PROMPT_SOURCES:
-        raise ValueError(f"Unknown domain '{domain}' for generated data. Choose one of: {', '.join(PROMPT_SOURCES)}.")
+        raise UsageError(f"Unknown domain '{domain}' for generated data. Choose one of: {', '.join(PROMPT_SOURCES)}.")
     prompts = list(candidate_prompts(domain))
     random.Random(seed).shuffle(prompts)
     return prompts[:n]
@@ -141,9 +142,22 @@ def check_store_settings(store: Path, settings: dict, adding: bool) -> None:
         log.warning("%s was generated with %s: it answers every prompt asked, so it is used as it is.", store, detail)
         return
     suffix = f"-t{settings['temperature']:g}" if "temperature" in changed else "-2"
-    raise ValueError(f"{store} holds answers generated with {detail}. Fix: point data.store or data.sampled_store "
+    raise UsageError(f"{store} holds answers generated with {detail}. Fix: point data.store or data.sampled_store "
                      f"(out= for scripts/generate_data.py) at another file, e.g. "
                      f"{store.with_name(store.stem + suffix + '.jsonl')}, or delete the store to regenerate it.")
+
+
+def drop_torn_tail(path: Path) -> int:
+    """Cut a store's last line when a kill left it half-written (answers after it would join it into one unreadable
+    line); says so. Returns the bytes dropped (0: the store was whole)."""
+    cut = torn_tail(path)
+    if cut:
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            f.truncate(size - cut)
+        log.warning("%s: dropped its last line (%d bytes), cut short by an interrupted run; its prompt is answered "
+                    "again.", path, cut)
+    return cut
 
 
 def append_records(path: Path, pairs: list[tuple[str, str]]) -> None:

@@ -17,8 +17,8 @@ import hashlib
 import json
 import logging
 import random
-from pathlib import Path
 
+from data.checks import UsageError, check_prompt_rows, read_jsonl
 from data.corpus_prompts import code_prompts, medical_prompts  # held-out items, the training prompts' templates
 
 log = logging.getLogger("draftsmith.prompts")
@@ -96,7 +96,7 @@ def evaluation_prompts(domain: str) -> tuple[str, ...]:
     built = {"general": general_evaluation, "medical": lambda: medical_prompts(evaluation=True),
              "code": lambda: code_prompts(evaluation=True)}
     if domain not in built:
-        raise ValueError(f"Unknown domain '{domain}'. Built-in: {', '.join(built)}; or pass prompts_file=<jsonl>.")
+        raise UsageError(f"Unknown domain '{domain}'. Fix: one of {', '.join(built)}, or prompts_file=<jsonl>.")
     prompts = list(dict.fromkeys([*HAND_WRITTEN.get(domain, []), *built[domain]()]))
     random.Random(0).shuffle(prompts)
     return tuple(prompts)
@@ -118,16 +118,9 @@ def read_prompts_file(path: str, split: str | None) -> list:
     """Prompts of a JSONL file (`prompt` or `messages` per line; optional `split`: tune | test). With a split asked:
     the lines of that split; a file without `split` fields serves both (with a warning: tuning and reporting then
     share prompts)."""
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"prompts_file {path} does not exist. Fix: give a JSONL file with a \"prompt\" or "
-                                "\"messages\" field per line.")
-    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-    for i, row in enumerate(rows, 1):
-        if "prompt" not in row and "messages" not in row:
-            raise KeyError(f"{path} line {i} has neither \"prompt\" nor \"messages\".")
-        if row.get("split", "test") not in SPLITS:
-            raise ValueError(f"{path} line {i}: split must be tune or test, got {row['split']!r}.")
+    numbered = read_jsonl(path, "prompts_file")
+    check_prompt_rows(numbered, path)
+    rows = [row for _, row in numbered]
     if split is not None and any("split" in r for r in rows):
         rows = [r for r in rows if r.get("split") == split]
     elif split is not None:
@@ -145,7 +138,9 @@ def load_prompts(domain: str, n: int, prompts_file: str | None = None, split: st
     else:
         prompts = [p for p in evaluation_prompts(domain) if split is None or split_of(p) == split]
     if not prompts:
-        raise ValueError(f"No {split or ''} prompts to evaluate" + (f" in {prompts_file}." if prompts_file else "."))
+        raise UsageError(f"prompts_file: {prompts_file} has no {split} prompts (every line names the other \"split\"). "
+                         f"Fix: mark some lines \"split\": \"test\", or split={'tune' if split == 'test' else 'test'}."
+                         if prompts_file else f"No {split or ''} prompts to evaluate.")
     return prompts[:n]
 
 

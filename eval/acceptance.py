@@ -16,6 +16,12 @@ timing (so a busy machine does not matter). eval/speculate.py stays the judge of
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_acceptance
+    from eval.preflight import preflight
+
+    preflight("acceptance", check_acceptance)
+
 import json
 import logging
 import math
@@ -27,6 +33,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from eval.preflight import usage_errors
 from data.prompts import encode_prompt, load_prompts
 from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
 from decode.core.metrics import by_entropy
@@ -229,7 +236,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
 
 @hydra.main(config_path="../conf", config_name="acceptance", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        evaluate(cfg)
 
 
 if __name__ == "__main__":

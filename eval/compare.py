@@ -9,6 +9,12 @@ Each run folder needs summary.json (written at the end of train/distill.py) and,
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_compare
+    from eval.preflight import preflight
+
+    preflight("compare", check_compare)
+
 import base64
 import csv
 import glob
@@ -19,6 +25,8 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
+
+from eval.preflight import usage_errors
 
 # val/*: teacher-forced, and speculative decoding on the tune prompts during fit (curves); test/*: the final
 # speculative figures on the test prompts (train/callbacks.py)
@@ -141,9 +149,10 @@ def compare(patterns: list[str], out: Path) -> dict[str, Path]:
 
 @hydra.main(config_path="../conf", config_name="compare", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    files = compare(list(cfg.runs), Path(cfg.out))
-    print(files["markdown"].read_text())
-    print("wrote " + ", ".join(str(p) for p in files.values()))
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        files = compare(list(cfg.runs), Path(cfg.out))
+        print(files["markdown"].read_text())
+        print("wrote " + ", ".join(str(p) for p in files.values()))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ record per draft x domain x gamma x confidence_threshold x temperature), results
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_speculate
+    from eval.preflight import preflight
+
+    preflight("speculate", check_speculate)
+
 import logging
 import math
 import platform
@@ -25,6 +31,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from eval.preflight import usage_errors
 from decode.kernels.compiled import compile_mode, compiled_decoding, run_length
 from decode.core.costs import decoding_context, measure_costs
 from data.token_ranking import head_ranking, rank_source, saved_ranking
@@ -37,6 +44,7 @@ from decode.kernels.fast_linear import fast_cpu_linears
 from decode.drafts.quantize import quantize_draft, weights_label
 from decode.core.replay import best_rule, draft_positions
 from eval.card import best_by_domain, write_card, write_policy
+from eval.checks import LOOKUP, ROUTER, TREES, check_eval_config, thresholds_of
 from eval.tracking import log_eval_to_wandb
 from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
 from decode.core.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
@@ -367,12 +375,6 @@ def predicted_stop(draft, tune: dict, costs: dict) -> SurvivalStop:
     return SurvivalStop(calibration, costs["draft_step_s"], costs["target_pass_s"])
 
 
-LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
-ROUTER = "router"  # the record name of the router over prompt lookup and every draft
-TREES = ("tree", "dynamic_tree")
-PROPOSERS = ("draft", "heuristic", "predicted", "lookup", "lookup+draft", *TREES, "router")
-
-
 def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str], tree_depths: dict | None = None,
                   router_gamma: int = 0, max_auto_gamma: int = 8) -> list[tuple]:
     """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature):
@@ -456,12 +458,6 @@ def verdict(record: dict) -> str:
     return "pays" if lo > 1.0 else "loses" if hi < 1.0 else "inconclusive"
 
 
-def thresholds_of(cfg: DictConfig) -> list[float]:
-    """`confidence_threshold` as a list (a single number is allowed)."""
-    value = cfg.get("confidence_threshold", 0.0)
-    return [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
-
-
 def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:
     """The (gamma, confidence_threshold) pairs to run. gamma=1 runs once, without one: a threshold acts only after a
     drafted token that is not the last, so it cannot change a one-token draft. gamma=auto runs once and chooses its
@@ -496,86 +492,6 @@ def draft_vocab_ranking(source, tokenizer, vocab_size: int) -> list[int] | None:
     if ranked is not None:
         log.info("draft_vocab_from: %d distinct ids of %s ranked by frequency", len(ranked), source)
     return ranked
-
-
-def check_eval_config(cfg: DictConfig) -> None:
-    gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
-    if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
-        raise ValueError(f"gamma must be integers >= 1 or 'auto', got {gammas}.")
-    thresholds = thresholds_of(cfg)
-    if not thresholds or any(not 0 <= t < 1 for t in thresholds):
-        raise ValueError(f"confidence_threshold must be numbers in [0, 1) (0 = always draft gamma), got {thresholds}.")
-    if "auto" in gammas and any(thresholds) and any(t > 0 for t in cfg.temperature):
-        raise ValueError("gamma=auto chooses a confidence_threshold only at temperature 0 (it replays the target's "
-                         "greedy path); when sampling, give the longest draft instead, e.g. gamma=[4,6].")
-    if cfg.split not in ("tune", "test"):
-        raise ValueError(f"split must be test (the reported numbers) or tune, got {cfg.split!r}.")
-    if cfg.repeats < 1 or cfg.n_prompts < 2:
-        raise ValueError(f"repeats must be >= 1 and n_prompts >= 2 (an interval across prompts needs several), got "
-                         f"repeats={cfg.repeats}, n_prompts={cfg.n_prompts}.")
-    for t in cfg.temperature:
-        if t < 0:
-            raise ValueError(f"temperature must be >= 0, got {t}.")
-    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {cfg.top_p}.")
-    if not cfg.drafts:
-        raise ValueError("drafts=[...] must list at least one exported draft folder (or Hub id).")
-    unknown = [p for p in cfg.proposers if p not in PROPOSERS]
-    if unknown or not cfg.proposers:
-        raise ValueError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
-    if not 1 <= int(cfg.lookup.min_n) <= int(cfg.lookup.max_n):
-        raise ValueError(f"lookup needs 1 <= min_n <= max_n, got {cfg.lookup.min_n} and {cfg.lookup.max_n}.")
-    bad = [t for t in cfg.get("transformers", []) if t not in ("assisted", "lookup")]
-    if bad:
-        raise ValueError(f"transformers must list assisted and/or lookup (transformers' own decoders timed alongside), "
-                         f"got {bad}.")
-    chosen = cfg.get("transformers_drafts")
-    if chosen is not None:
-        wrong = [d for d in chosen if d not in list(cfg.drafts) or feature_kind_of(d)]
-        if wrong:
-            raise ValueError(f"transformers_drafts must name standalone drafts listed in drafts, got {wrong}. Fix: "
-                             "copy names from drafts=[...] (feature drafts cannot run in transformers' assisted "
-                             "generation), or null for every standalone draft.")
-    tg = cfg.get("transformers_gamma")
-    if tg is not None and (not isinstance(tg, int) or tg < 1):
-        raise ValueError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
-    if any(k in TREES for k in cfg.proposers):
-        if any(t > 0 for t in cfg.temperature):
-            raise ValueError("proposers tree and dynamic_tree verify greedily only (lossless sampling over trees is not "
-                             "built): run them with temperature=[0], and sampled temperatures in a separate run.")
-        if cfg.compile:
-            raise ValueError("token trees decode with dynamic KV caches: compile=false with proposers tree or "
-                             "dynamic_tree.")
-        static_tree(list(cfg.tree.branching))
-        if min(int(cfg.tree.depth), int(cfg.tree.width), int(cfg.tree.top_k)) < 1:
-            raise ValueError(f"tree.depth, tree.width and tree.top_k must be >= 1, got {cfg.tree.depth}, "
-                             f"{cfg.tree.width}, {cfg.tree.top_k}.")
-    if (ROUTER in cfg.proposers or cfg.get("auto_off")) and (
-            int(cfg.router.max_gamma) < 1 or not 0 < float(cfg.router.memory) <= 1 or int(cfg.router.probe_every) < 0
-            or int(cfg.router.max_probe_every) < int(cfg.router.probe_every) or int(cfg.router.timing_window) < 0):
-        raise ValueError(f"router needs max_gamma >= 1, 0 < memory <= 1, probe_every >= 0, max_probe_every >= "
-                         f"probe_every and timing_window >= 0, got {OmegaConf.to_container(cfg.router)}.")
-    if cfg.get("policy") not in (None, "auto"):
-        raise ValueError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
-                         f"prompts, report it on the test prompts), got {cfg.policy!r}.")
-    if cfg.get("policy_test", "chosen") not in ("chosen", "all"):
-        raise ValueError(f"policy_test must be chosen (the test prompts run the chosen policy alone) or all (every "
-                         f"policy, the choice flagged), got {cfg.policy_test!r}.")
-    if cfg.get("policy_test", "chosen") == "all" and cfg.get("policy") != "auto":
-        raise ValueError("policy_test=all lays policy=auto's choice beside every other policy; without policy=auto "
-                         "every policy already runs on the test prompts. Fix: add policy=auto, or drop policy_test.")
-    if cfg.get("policy") == "auto" and cfg.split != "test":
-        raise ValueError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
-    features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
-    for name, kind in features.items():
-        allowed = {"draft", *TREES}
-        if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
-            raise ValueError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain "
-                             "or token trees), compile=false and no "
-                             f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
-                             "(measure standalone drafts' other policies in another run).")
-    if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
-        raise ValueError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
 
 def evaluate(cfg: DictConfig) -> list[dict]:
@@ -691,7 +607,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
 
 @hydra.main(config_path="../conf", config_name="speculate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        evaluate(cfg)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,12 @@ CUDA graphs on a GPU); the warm-up pass compiles them.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_bench_decoder
+    from eval.preflight import preflight
+
+    preflight("bench_decoder", check_bench_decoder)
+
 import json
 import platform
 import statistics
@@ -29,6 +35,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from eval.preflight import usage_errors
 from decode.kernels.compiled import CompiledDecoding, run_length
 from decode.drafts.draft_vocab import restrict_vocab
 from decode.kernels.fast_linear import fast_cpu_linears, plan_for
@@ -217,7 +224,8 @@ def bench(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path="../conf", config_name="bench_decoder", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    bench(cfg)
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        bench(cfg)
 
 
 if __name__ == "__main__":

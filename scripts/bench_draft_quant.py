@@ -16,6 +16,12 @@ Writes results.json and results.md under `out`; the target is never quantized, s
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_bench_draft_quant
+    from eval.preflight import preflight
+
+    preflight("bench_draft_quant", check_bench_draft_quant)
+
 import json
 import statistics
 from pathlib import Path
@@ -24,6 +30,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from eval.preflight import usage_errors
 from data.prompts import encode_prompt, load_prompts
 from data.token_ranking import head_ranking, rank_source, saved_ranking
 from decode.core.costs import cached_pass, decoding_context
@@ -153,7 +160,8 @@ def run(cfg: DictConfig) -> list[dict]:
 
 @hydra.main(version_base=None, config_path="../conf", config_name="bench_draft_quant")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        run(cfg)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,18 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_cache_teacher
+    from eval.preflight import preflight
+
+    preflight("cache_teacher", check_cache_teacher)
+
 import logging
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from eval.preflight import usage_errors
 from data.datamodule import DistillDataModule
 from decode.models.loading import load_frozen, load_tokenizer
 from decode.kernels.runtime import setup_cpu
@@ -42,7 +49,8 @@ def cache_teacher(cfg: DictConfig):
 
 @hydra.main(config_path="../conf", config_name="cache_teacher", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    print(f"teacher cache: {cache_teacher(cfg)}")
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        print(f"teacher cache: {cache_teacher(cfg)}")
 
 
 if __name__ == "__main__":

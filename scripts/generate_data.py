@@ -9,15 +9,23 @@ crash or Ctrl-C resumes where it stopped. Greedy answers by default: exactly wha
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_generate
+    from eval.preflight import preflight
+
+    preflight("generate_data", check_generate)
+
 import hydra
 from omegaconf import DictConfig
 
+from eval.preflight import usage_errors
 from train.teacher_data import generate_store
 
 
 @hydra.main(config_path="../conf", config_name="generate_data", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    generate_store(cfg)
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        generate_store(cfg)
 
 
 if __name__ == "__main__":

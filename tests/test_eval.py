@@ -223,9 +223,9 @@ def test_prompts(tokenizer, tmp_path, caplog):
     assert load_prompts("general", 5, str(f), "tune") == ["a"]
     assert load_prompts("general", 5, str(f)) == ["b", "c"]  # test by default
     f.write_text('{"prompt": "a", "split": "train"}\n')
-    with pytest.raises(ValueError, match="split must be tune or test"):
+    with pytest.raises(ValueError, match=r"p.jsonl line 1: \"split\" must be tune or test"):
         load_prompts("general", 5, str(f))
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(ValueError, match="missing.jsonl does not exist"):
         load_prompts("general", 5, str(tmp_path / "missing.jsonl"))
     ids = encode_prompt(tokenizer, "hello")
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")

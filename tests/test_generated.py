@@ -108,7 +108,7 @@ def test_other_ranks_never_generate(tmp_path, tiny_target_dir, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(RuntimeError, match="scripts/generate_data.py"):
         train(generated_run_cfg(tmp_path, tiny_target_dir))
-    with pytest.raises(FileNotFoundError):  # generation switched off and no store: the loader names the file
+    with pytest.raises(ValueError, match="general.jsonl does not exist"):  # generation off and no store: named
         monkeypatch.delenv("LOCAL_RANK")
         train(generated_run_cfg(tmp_path, tiny_target_dir, "data.generate.enabled=false"))
 

@@ -71,7 +71,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     assert exported.generation_config.assistant_confidence_threshold == pytest.approx(0.1)
     assert "| general+code | <= 3, stop < 0.1 |" in card  # held-out prompts of both domains
 
-    with pytest.raises(FileExistsError, match="export.overwrite=true"):
+    with pytest.raises(ValueError, match="export.overwrite=true"):
         export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export")
     export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export", overwrite=True)
     # a later export from the checkpoint alone (scripts/export_draft.py) keeps the run's name on its card
@@ -122,7 +122,7 @@ def test_distillation_lowers_kl_on_tiny_models(tmp_path, tiny_target_dir, text_f
 
 def test_existing_export_dir_fails_before_any_work(tmp_path, tiny_target_dir, text_file):
     (tmp_path / "run" / "export").mkdir(parents=True)
-    with pytest.raises(FileExistsError, match="export.overwrite=true"):
+    with pytest.raises(ValueError, match="export.overwrite=true"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file))
 
 
@@ -224,7 +224,7 @@ def test_bad_loss_settings_fail_before_loading_models(tmp_path, tiny_target_dir,
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "loss=jsd", "loss.params.beta=1.5"))
     with pytest.raises(ValueError, match="ce_weight"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "loss.ce_weight=2"))
-    with pytest.raises(ValueError, match="Unknown loss"):
+    with pytest.raises(ValueError, match="unknown loss"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "loss.name=nope"))
 
 
@@ -453,6 +453,6 @@ def test_a_missing_train_vocab_source_fails_before_the_teacher_cache_is_built(tm
     cfg = tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "loss=forward_kl", "spec_eval.enabled=false",
                    "model.draft.train_vocab=48",
                    "model.draft.train_vocab_from={kind: files, path: '${paths.cache_dir}/missing.jsonl', format: chat}")
-    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+    with pytest.raises(ValueError, match="missing.jsonl does not exist"):
         train(cfg)
     assert not (tmp_path / "cache" / "teacher").exists()

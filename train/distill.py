@@ -10,6 +10,12 @@ the checkpoint and the export landed. Everything is configured in conf/ (see doc
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from train.checks import check_distill
+    from eval.preflight import preflight
+
+    preflight("distill", check_distill)
+
 import json
 import logging
 import os
@@ -23,6 +29,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from eval.preflight import usage_errors
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from data.token_ranking import rank_labels, rank_source
@@ -35,8 +42,9 @@ from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, find_resume
+from train.checks import check_config, check_inputs
+from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
-from train.losses import get_loss
 from train.scaling import is_fsdp, trainer_kwargs
 from train.module import DistillModule
 from train.progress import progress_bar
@@ -49,55 +57,6 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` 
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
 # before/after table: teacher-forced metrics on held-out text; speculative decoding on the test prompts
 METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "test/alpha", "test/tau", "test/speedup")
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Fail on bad values before loading anything."""
-    check_feature_draft(cfg)  # first: what a feature draft cannot do at all comes before how to fix the rest
-    check_train_vocab(cfg)
-    if cfg.loss.temperature <= 0:
-        raise ValueError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
-    if not 0 <= cfg.loss.ce_weight <= 1:
-        raise ValueError(f"loss.ce_weight must be in [0, 1], got {cfg.loss.ce_weight}.")
-    if cfg.teacher not in ("live", "cache"):
-        raise ValueError(f"teacher must be live or cache, got '{cfg.teacher}'.")
-    top_k_cache = cfg.teacher == "cache" and cfg.model.draft.kind not in FEATURE_KINDS  # feature caches: any loss
-    if top_k_cache and (cfg.loss.name not in ("forward_kl", "cross_entropy") or cfg.loss.temperature != 1):
-        raise ValueError("teacher=cache stores the target's top-k at temperature 1: it supports loss=forward_kl (sparse "
-                         "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: add loss=forward_kl "
-                         "(the default loss, jsd, needs full logits), or use teacher=live.")
-    if cfg.teacher == "cache" and cfg.spec_eval.enabled:
-        raise ValueError("teacher=cache trains without the target, so it cannot run speculative decoding during "
-                         "training. Fix: spec_eval.enabled=false (then judge the export with eval/speculate.py).")
-    op = cfg.onpolicy
-    if not 0 <= op.fraction <= 1 or op.new_tokens < 1 or op.prompt_tokens < 1 or op.temperature < 0:
-        raise ValueError("onpolicy needs 0 <= fraction <= 1, prompt_tokens >= 1, new_tokens >= 1, temperature >= 0.")
-    if op.fraction > 0 and (cfg.teacher == "cache" or op.prompt_tokens + op.new_tokens > cfg.data.block_size * 4):
-        raise ValueError("onpolicy.fraction > 0 needs teacher=live (the target grades the draft's own text) and "
-                         "prompt_tokens + new_tokens of a few blocks at most.")
-    loss_fn = get_loss(cfg.loss.name, **OmegaConf.to_container(cfg.loss.params))
-    if loss_fn is not None:  # bad loss parameters (jsd beta, skew_kl skew) fail here, before any model loads
-        loss_fn(torch.zeros(1, 2), torch.zeros(1, 2), cfg.loss.temperature)
-    if cfg.data.block_size < 2 or cfg.data.batch_size < 1:
-        raise ValueError("data.block_size must be >= 2 and data.batch_size >= 1.")
-    if cfg.optim.lr <= 0:
-        raise ValueError(f"optim.lr must be > 0, got {cfg.optim.lr}.")
-    if cfg.checkpoint.monitor not in ("val/expected_accept", "val/top1_agree", "val/alpha"):
-        raise ValueError(f"checkpoint.monitor must be val/expected_accept, val/top1_agree or val/alpha, "
-                         f"got '{cfg.checkpoint.monitor}'.")
-    if cfg.checkpoint.monitor == "val/alpha" and is_fsdp(cfg.trainer.get("strategy")):
-        raise ValueError("checkpoint.monitor=val/alpha needs speculative decoding during training, which is off under "
-                         "FSDP (the target is sharded across ranks). Fix: checkpoint.monitor=val/expected_accept.")
-    if cfg.checkpoint.monitor == "val/alpha" and not (cfg.spec_eval.enabled and cfg.spec_eval.every_n_validations == 1):
-        raise ValueError("checkpoint.monitor=val/alpha needs spec_eval.enabled=true and spec_eval.every_n_validations=1 "
-                         "(alpha must be measured at every validation).")
-    progress_bar(cfg.progress_bar)  # an unknown kind fails here, before any model loads
-    if cfg.export.checkpoint not in ("last", "best"):
-        raise ValueError(f"export.checkpoint must be last or best, got '{cfg.export.checkpoint}'.")
-    out = Path(cfg.export.dir)
-    if cfg.export.enabled and out.exists() and not cfg.export.overwrite:
-        raise FileExistsError(f"Export folder {out} already exists. Fix: set export.dir elsewhere, "
-                              "or export.overwrite=true.")
 
 
 def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=None,
@@ -153,35 +112,14 @@ def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux
                            aux_layers=aux_layers))
 
 
-def generated_stores(cfg: DictConfig) -> list[tuple[Path, float, str, int]]:
-    """data=generated: (store, temperature, prompts_from, seed) for each answer store that the data's sources read:
-    data.store and data.sampled_store (answers to data.prompts_from's prompts), and any `files` source that names
-    its own `prompts_from` (and `temperature`, default data.generate.temperature; `seed`, default
-    data.generate.seed: a second sampled store of the same prompts needs a seed of its own to hold other answers),
-    as +experiment=all_domains and eagle_general do."""
-    gen = cfg.data.get("generate")
-    if not gen or not gen.enabled:
-        return []
-    files = [src for src in cfg.data.sources if src.get("kind") == "files"]
-    read = {Path(src.path) for src in files}
-    found: dict[Path, tuple[float, str, int]] = {}
-    for path, t in ((cfg.data.store, gen.temperature), (cfg.data.get("sampled_store"), gen.get("sampled_temperature"))):
-        if path and Path(path) in read:
-            found.setdefault(Path(path), (float(t), cfg.data.prompts_from, int(gen.seed)))  # named twice: data.store's
-    for src in files:
-        if src.get("prompts_from"):
-            found.setdefault(Path(src.path), (float(src.get("temperature", gen.temperature)), src.prompts_from,
-                                              int(src.get("seed", gen.seed))))
-    return [(path, t, domain, seed) for path, (t, domain, seed) in found.items()]
-
-
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
     """data=generated: the target answers the prompts missing from each store before training starts."""
-    from data.generated import check_store_settings
+    from data.generated import check_store_settings, drop_torn_tail
     from train.teacher_data import generate_store, missing_prompts, store_settings
 
     gen = cfg.data.get("generate")
     for store, temperature, domain, seed in generated_stores(cfg):
+        drop_torn_tail(store)  # a kill mid-write: the cut line goes (its prompt is answered again)
         settings = OmegaConf.create({"target": cfg.model.target.name_or_path, "dtype": cfg.model.target.dtype,
                                      "cache_dir": cfg.paths.cache_dir, "prompts_from": domain,
                                      "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
@@ -199,33 +137,6 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
         log.info("data=generated: the target answers %d %s prompts first (T=%g, seed %d, resumable store %s)",
                  len(missing), domain, temperature, seed, store)
         generate_store(settings, target=target, tokenizer=tokenizer)
-
-
-def check_feature_draft(cfg: DictConfig) -> None:
-    """Medusa heads and the EAGLE-style drafts read the live target's hidden states and share its embeddings/head."""
-    d = cfg.model.draft
-    if d.kind not in FEATURE_KINDS:
-        return
-    fixes = {"onpolicy.fraction=0": cfg.onpolicy.fraction > 0, "lora.enabled=false": cfg.lora.enabled}
-    wrong = [fix for fix, bad in fixes.items() if bad]
-    if wrong:
-        raise ValueError(f"model.draft.kind={d.kind} (a feature draft) needs " + ", ".join(wrong) + ".")
-    if d.get("loss_decay", 0.8) <= 0 or d.get("unroll_steps", 1) < 1:
-        raise ValueError("model.draft.loss_decay must be > 0 and model.draft.unroll_steps >= 1.")
-
-
-def check_train_vocab(cfg: DictConfig) -> None:
-    d = cfg.model.draft
-    ranked = d.get("train_vocab_from")
-    if ranked is None:
-        return
-    if not d.get("train_vocab"):
-        raise ValueError("model.draft.train_vocab_from chooses which ids model.draft.train_vocab keeps; it needs "
-                         "train_vocab: N. Fix: model.draft.train_vocab=8192, or model.draft.train_vocab_from=null.")
-    if ranked != "data" and not isinstance(ranked, DictConfig):
-        raise ValueError(f"model.draft.train_vocab_from must be null (the lowest ids), data (the ids the loss covers "
-                         f"in this run's training text, most frequent first) or a data source as in data.sources, "
-                         f"got {ranked!r}.")
 
 
 def train_vocab_ranking(cfg: DictConfig, datamodule, tokenizer, draft) -> tuple[list[int] | None, str | None]:
@@ -337,6 +248,7 @@ def metrics_table(before: dict, after: dict) -> str:
 
 def train(cfg: DictConfig) -> dict:
     check_config(cfg)
+    check_inputs(cfg, [store for store, *_ in generated_stores(cfg)])
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir).resolve()
@@ -469,7 +381,8 @@ def train(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path="../conf", config_name="distill", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    train(cfg)
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        train(cfg)
 
 
 if __name__ == "__main__":

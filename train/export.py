@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from data.checks import UsageError
 from data.token_ranking import write_ranking
 from decode.drafts.feature_drafts import FEATURE_KINDS, is_feature_draft
 from decode.drafts.feature_export import feature_draft_from_config
@@ -90,7 +91,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     weight, which an EAGLE-3 export cuts to the `kept` ids (None: all)."""
     out = Path(out_dir)
     if out.exists() and not overwrite:
-        raise FileExistsError(f"Export folder {out} already exists. Fix: choose another export.dir, "
+        raise UsageError(f"Export folder {out} already exists. Fix: choose another export.dir, "
                               "or pass export.overwrite=true to replace it.")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))

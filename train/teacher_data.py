@@ -12,7 +12,8 @@ import torch
 from omegaconf import DictConfig
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from data.generated import append_records, check_store_settings, domain_prompts, done_prompts
+from data.checks import UsageError
+from data.generated import append_records, check_store_settings, domain_prompts, done_prompts, drop_torn_tail
 from decode.models.loading import load_frozen, load_tokenizer
 from decode.kernels.runtime import setup_cpu
 
@@ -47,9 +48,10 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
     target and tokenizer to reuse them (train/distill.py does), or they are loaded from cfg.target."""
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     if cfg.batch_size < 1 or cfg.n_prompts < 1 or cfg.max_new_tokens < 1 or cfg.temperature < 0:
-        raise ValueError("batch_size, n_prompts, max_new_tokens must be >= 1 and temperature >= 0.")
+        raise UsageError("batch_size, n_prompts, max_new_tokens must be >= 1 and temperature >= 0.")
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
+    drop_torn_tail(out)  # a kill mid-write: the cut line goes, its prompt is answered again
     todo = missing_prompts(cfg.prompts_from, cfg.n_prompts, cfg.seed, out)
     check_store_settings(out, store_settings(cfg), adding=bool(todo))
     print(f"{cfg.prompts_from}: {len(todo)} of the first {cfg.n_prompts} prompts still to answer in {out}")

@@ -25,6 +25,10 @@ def resolve(name_or_path: str, cache_dir: str | Path | None = None) -> str:
     return str(name_or_path)
 
 
+class ModelNotFoundError(RuntimeError):
+    """A model reference that names no local folder and no reachable Hub model (entry points: one line, exit 2)."""
+
+
 def _hub_hint(name_or_path: str, err: Exception) -> RuntimeError:
     local = Path(name_or_path)
     if local.is_absolute() or name_or_path.startswith((".", "~")) or local.exists():
@@ -33,8 +37,8 @@ def _hub_hint(name_or_path: str, err: Exception) -> RuntimeError:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         what = (f"'{name_or_path}' is not a local folder and could not be fetched from the Hugging Face Hub"
                 + (" (HF_HUB_OFFLINE=1 is set)" if offline else " (no network, or gated model without a token?)"))
-    return RuntimeError(
-        f"Could not load {what}: {err}\n"
+    return ModelNotFoundError(
+        f"Could not load {what}: {str(err).splitlines()[0] if str(err) else type(err).__name__}. "
         "Fix: pass a local folder holding config.json + weights, a reachable Hub id, "
         "or the embedded default `embedded:smollm2-135m-instruct`."
     )

@@ -1,0 +1,279 @@
+"""What each evaluation entry point accepts, checked before a model loads (eval/preflight.py runs these from the
+command line; the entry points run them again when called from Python). Light imports only: no torch.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from data.checks import UsageError, check_data_file, check_prompt_rows, number_in, read_jsonl, writable_dir
+from eval.preflight import check_same_vocabulary, model_folder
+
+LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
+ROUTER = "router"  # the record name of the router over prompt lookup and every draft
+TREES = ("tree", "dynamic_tree")
+PROPOSERS = ("draft", "heuristic", "predicted", "lookup", "lookup+draft", *TREES, "router")
+DOMAINS = ("general", "medical", "code")
+FEATURE_KINDS = ("medusa", "eagle", "eagle3")
+
+
+def feature_kind_of(folder) -> str | None:
+    """'medusa', 'eagle' or 'eagle3' when `folder` holds a feature draft, else None (decode/drafts/feature_export.py
+    reads the same file)."""
+    path = Path(str(folder)) / "draftsmith.json"
+    if not path.is_file():
+        return None
+    try:
+        kind = json.loads(path.read_text()).get("draft_kind")
+    except json.JSONDecodeError:
+        return None
+    return kind if kind in FEATURE_KINDS else None
+
+
+def thresholds_of(cfg: DictConfig) -> list[float]:
+    """`confidence_threshold` as a list (a single number is allowed)."""
+    value = cfg.get("confidence_threshold", 0.0)
+    return [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+
+
+def check_branching(branching: list) -> None:
+    if not branching or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in branching):
+        raise UsageError(f"tree.branching must be a non-empty list of integers >= 1, got {branching}.")
+
+
+def check_eval_config(cfg: DictConfig) -> None:
+    gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
+    if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
+        raise UsageError(f"gamma must be integers >= 1 or 'auto', got {gammas}.")
+    thresholds = thresholds_of(cfg)
+    if not thresholds or any(not 0 <= t < 1 for t in thresholds):
+        raise UsageError(f"confidence_threshold must be numbers in [0, 1) (0 = always draft gamma), got {thresholds}.")
+    if "auto" in gammas and any(thresholds) and any(t > 0 for t in cfg.temperature):
+        raise UsageError("gamma=auto chooses a confidence_threshold only at temperature 0 (it replays the target's "
+                         "greedy path); when sampling, give the longest draft instead, e.g. gamma=[4,6].")
+    if cfg.split not in ("tune", "test"):
+        raise UsageError(f"split must be test (the reported numbers) or tune, got {cfg.split!r}.")
+    if cfg.repeats < 1 or cfg.n_prompts < 2:
+        raise UsageError(f"repeats must be >= 1 and n_prompts >= 2 (an interval across prompts needs several), got "
+                         f"repeats={cfg.repeats}, n_prompts={cfg.n_prompts}.")
+    for t in cfg.temperature:
+        if t < 0:
+            raise UsageError(f"temperature must be >= 0, got {t}.")
+    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
+        raise UsageError(f"top_p must be in (0, 1], got {cfg.top_p}.")
+    if not cfg.drafts:
+        raise UsageError("drafts=[...] must list at least one exported draft folder (or Hub id).")
+    unknown = [p for p in cfg.proposers if p not in PROPOSERS]
+    if unknown or not cfg.proposers:
+        raise UsageError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
+    if not 1 <= int(cfg.lookup.min_n) <= int(cfg.lookup.max_n):
+        raise UsageError(f"lookup needs 1 <= min_n <= max_n, got {cfg.lookup.min_n} and {cfg.lookup.max_n}.")
+    bad = [t for t in cfg.get("transformers", []) if t not in ("assisted", "lookup")]
+    if bad:
+        raise UsageError(f"transformers must list assisted and/or lookup (transformers' own decoders timed alongside), "
+                         f"got {bad}.")
+    chosen = cfg.get("transformers_drafts")
+    if chosen is not None:
+        wrong = [d for d in chosen if d not in list(cfg.drafts) or feature_kind_of(d)]
+        if wrong:
+            raise UsageError(f"transformers_drafts must name standalone drafts listed in drafts, got {wrong}. Fix: "
+                             "copy names from drafts=[...] (feature drafts cannot run in transformers' assisted "
+                             "generation), or null for every standalone draft.")
+    tg = cfg.get("transformers_gamma")
+    if tg is not None and (not isinstance(tg, int) or tg < 1):
+        raise UsageError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
+    if any(k in TREES for k in cfg.proposers):
+        if any(t > 0 for t in cfg.temperature):
+            raise UsageError("proposers tree and dynamic_tree verify greedily only (lossless sampling over trees is not "
+                             "built): run them with temperature=[0], and sampled temperatures in a separate run.")
+        if cfg.compile:
+            raise UsageError("token trees decode with dynamic KV caches: compile=false with proposers tree or "
+                             "dynamic_tree.")
+        check_branching(list(cfg.tree.branching))
+        if min(int(cfg.tree.depth), int(cfg.tree.width), int(cfg.tree.top_k)) < 1:
+            raise UsageError(f"tree.depth, tree.width and tree.top_k must be >= 1, got {cfg.tree.depth}, "
+                             f"{cfg.tree.width}, {cfg.tree.top_k}.")
+    if (ROUTER in cfg.proposers or cfg.get("auto_off")) and (
+            int(cfg.router.max_gamma) < 1 or not 0 < float(cfg.router.memory) <= 1 or int(cfg.router.probe_every) < 0
+            or int(cfg.router.max_probe_every) < int(cfg.router.probe_every) or int(cfg.router.timing_window) < 0):
+        raise UsageError(f"router needs max_gamma >= 1, 0 < memory <= 1, probe_every >= 0, max_probe_every >= "
+                         f"probe_every and timing_window >= 0, got {OmegaConf.to_container(cfg.router)}.")
+    if cfg.get("policy") not in (None, "auto"):
+        raise UsageError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
+                         f"prompts, report it on the test prompts), got {cfg.policy!r}.")
+    if cfg.get("policy_test", "chosen") not in ("chosen", "all"):
+        raise UsageError(f"policy_test must be chosen (the test prompts run the chosen policy alone) or all (every "
+                         f"policy, the choice flagged), got {cfg.policy_test!r}.")
+    if cfg.get("policy_test", "chosen") == "all" and cfg.get("policy") != "auto":
+        raise UsageError("policy_test=all lays policy=auto's choice beside every other policy; without policy=auto "
+                         "every policy already runs on the test prompts. Fix: add policy=auto, or drop policy_test.")
+    if cfg.get("policy") == "auto" and cfg.split != "test":
+        raise UsageError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
+    features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
+    for name, kind in features.items():
+        allowed = {"draft", *TREES}
+        if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
+            raise UsageError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain "
+                             "or token trees), compile=false and no "
+                             f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
+                             "(measure standalone drafts' other policies in another run).")
+    if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
+        raise UsageError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
+
+
+def check_prompts_source(cfg: DictConfig) -> None:
+    """Built-in domains by name, or a prompts file whose every line is a prompt (split as asked)."""
+    if cfg.get("prompts_file"):
+        rows = read_jsonl(cfg.prompts_file, "prompts_file")
+        check_prompt_rows(rows, cfg.prompts_file)
+        return
+    unknown = [d for d in cfg.domains if d not in DOMAINS]
+    if unknown or not cfg.domains:
+        raise UsageError(f"domains must list built-in prompt sets among {', '.join(DOMAINS)}, got "
+                         f"{list(cfg.domains)}. Fix: domains=[general,code], or prompts_file=<your prompts>.jsonl.")
+
+
+def check_models(cfg: DictConfig, drafts_key: str = "drafts") -> None:
+    """The target and every draft exist and are complete, and share a vocabulary (from their files)."""
+    target = model_folder(cfg.target, "target", cfg.get("cache_dir"))
+    for draft in cfg[drafts_key]:
+        folder = model_folder(draft, f"{drafts_key} entry {draft}", cfg.get("cache_dir"))
+        check_same_vocabulary(target, folder, str(cfg.target), str(draft))
+
+
+def check_source(source, what: str) -> None:
+    """A data source given as a config value: its files exist and parse."""
+    source = OmegaConf.to_container(source, resolve=True) if isinstance(source, DictConfig) else source
+    if not isinstance(source, dict):
+        raise UsageError(f"{what} must be a data source, got {source!r}. Fix: "
+                         f"'{what}={{kind: files, path: <answers>.jsonl, format: chat}}'.")
+    if source.get("kind", "builtin") == "files":
+        paths = sorted(glob.glob(str(Path(str(source.get("path"))).expanduser()))) or [source.get("path")]
+        for path in paths:
+            check_data_file(path, source.get("format", "text"), what)
+
+
+def check_speculate(cfg: DictConfig) -> None:
+    """eval/speculate.py: every setting in range, the prompts, the models and the output folder."""
+    check_eval_config(cfg)
+    for key in ("max_new_tokens", "max_auto_gamma"):
+        number_in(cfg[key], key, 1, integer=True)
+    if cfg.get("draft_quant") not in ("auto", "none", "int8", "int4", None):
+        raise UsageError(f"draft_quant must be auto, none, int8 or int4, got {cfg.draft_quant!r}.")
+    check_prompts_source(cfg)
+    check_models(cfg)
+    if cfg.get("draft_vocab_from"):
+        check_source(cfg.draft_vocab_from, "draft_vocab_from")
+    writable_dir(cfg.out, "out")
+
+
+def check_acceptance(cfg: DictConfig) -> None:
+    """eval/acceptance.py."""
+    if not cfg.drafts:
+        raise UsageError("drafts=[...] must list at least one exported draft folder (or Hub id).")
+    for t in cfg.temperature:
+        number_in(t, "temperature", 0)
+    for key in ("n_prompts", "samples_per_prompt", "max_new_tokens", "batch_size"):
+        number_in(cfg[key], key, 1, integer=True)
+    check_prompts_source(cfg)
+    check_models(cfg)
+    writable_dir(cfg.out, "out")
+
+
+def check_compare(cfg: DictConfig) -> None:
+    """eval/compare.py: the run folders exist and are finished runs."""
+    if not cfg.runs:
+        raise UsageError("runs=[...] is empty. Fix: list run folders, e.g. 'runs=[outputs/distill/*]'.")
+    for pattern in cfg.runs:
+        found = sorted(glob.glob(str(pattern))) or [str(pattern)]
+        for path in map(Path, found):
+            if not (path / "summary.json").is_file():
+                raise UsageError(f"runs: {path} has no summary.json: not a finished training run. Fix: pass run "
+                                 "folders train/distill.py finished (outputs/distill/<run>).")
+            try:
+                json.loads((path / "summary.json").read_text())
+            except json.JSONDecodeError:
+                raise UsageError(f"runs: {path}/summary.json is not valid JSON. Fix: rerun or drop that run.") from None
+    writable_dir(cfg.out, "out")
+
+
+def check_export(cfg: DictConfig) -> None:
+    """scripts/export_draft.py: a checkpoint that exists and is not cut short; an output folder it may write."""
+    ckpt = Path(str(cfg.ckpt_path)).expanduser()
+    if not ckpt.exists():
+        raise UsageError(f"ckpt_path: {ckpt} does not exist. Fix: a .ckpt train/distill.py wrote, e.g. "
+                         "outputs/distill/<run>/checkpoints/last.ckpt.")
+    if ckpt.is_file():
+        check_checkpoint_file(ckpt)
+    elif not any(ckpt.iterdir()):
+        raise UsageError(f"ckpt_path: {ckpt} is an empty folder. Fix: a .ckpt file (or a DeepSpeed checkpoint folder).")
+    out = Path(str(cfg.out)).expanduser()
+    if out.exists() and not cfg.overwrite:
+        raise UsageError(f"out: {out} already exists. Fix: another out=, or overwrite=true.")
+    writable_dir(out, "out")
+    if cfg.dtype not in (None, "float32", "bfloat16", "float16"):
+        raise UsageError(f"dtype must be null, float32, bfloat16 or float16, got {cfg.dtype!r}.")
+
+
+def check_checkpoint_file(ckpt: Path) -> None:
+    """A torch checkpoint is a zip archive: one cut short has no central directory at its end."""
+    import zipfile
+
+    if ckpt.stat().st_size == 0 or not zipfile.is_zipfile(ckpt):
+        raise UsageError(f"ckpt_path: {ckpt} is not a complete checkpoint (empty, cut short or not a torch "
+                         "checkpoint). Fix: use another checkpoint of the run, e.g. its last.ckpt.")
+
+
+def check_generate(cfg: DictConfig) -> None:
+    """scripts/generate_data.py."""
+    from data.generated import PROMPT_SOURCES
+
+    if cfg.prompts_from not in PROMPT_SOURCES:
+        raise UsageError(f"prompts_from must be one of {', '.join(PROMPT_SOURCES)}, got {cfg.prompts_from!r}.")
+    number_in(cfg.n_prompts, "n_prompts", 1, integer=True)
+    number_in(cfg.batch_size, "batch_size", 1, integer=True)
+    number_in(cfg.max_new_tokens, "max_new_tokens", 1, integer=True)
+    number_in(cfg.temperature, "temperature", 0)
+    if cfg.top_p is not None:
+        number_in(cfg.top_p, "top_p", 0, 1, low_open=True)
+    model_folder(cfg.target, "target", cfg.get("cache_dir"))
+    writable_dir(Path(str(cfg.out)).expanduser().parent, "out")
+
+
+def check_cache_teacher(cfg: DictConfig) -> None:
+    """scripts/cache_teacher.py."""
+    number_in(cfg.top_k, "top_k", 1, integer=True)
+    number_in(cfg.batch_size, "batch_size", 1, integer=True)
+    model_folder(cfg.model.target.name_or_path, "model.target", cfg.paths.cache_dir)
+    for source in cfg.data.get("sources", []) or []:
+        check_source(source, "data.sources")
+
+
+def check_bench_decoder(cfg: DictConfig) -> None:
+    """scripts/bench_decoder.py."""
+    number_in(cfg.gamma, "gamma", 1, integer=True)
+    number_in(float(cfg.confidence_threshold), "confidence_threshold", 0, 1, high_open=True)
+    for key in ("n_prompts", "max_new_tokens", "repeats"):
+        number_in(cfg[key], key, 1, integer=True)
+    check_prompts_source(OmegaConf.create({"prompts_file": cfg.prompts_file, "domains": [cfg.domain]}))
+    target = model_folder(cfg.target, "target", cfg.get("cache_dir"))
+    check_same_vocabulary(target, model_folder(cfg.draft, "draft", cfg.get("cache_dir")), str(cfg.target),
+                          str(cfg.draft))
+    writable_dir(cfg.out, "out")
+
+
+def check_bench_draft_quant(cfg: DictConfig) -> None:
+    """scripts/bench_draft_quant.py."""
+    if not cfg.drafts:
+        raise UsageError("drafts=[...] must list at least one standalone draft (an export folder or embedded:<name>).")
+    for key in ("n_prompts", "max_new_tokens", "gamma", "repeats"):
+        number_in(cfg[key], key, 1, integer=True)
+    check_prompts_source(cfg)
+    check_models(cfg)
+    if cfg.get("draft_vocab_from"):
+        check_source(cfg.draft_vocab_from, "draft_vocab_from")
+    writable_dir(cfg.out, "out")
