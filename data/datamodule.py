@@ -8,7 +8,6 @@ import logging
 import os
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from data.atomic import temp_dir
 from data.packing import encode, pack
 from data.sources import content_stamp, describe, iter_source
 
@@ -141,7 +141,7 @@ class DistillDataModule(L.LightningDataModule):
             log.info("data: %(source)s: %(docs)d docs, %(train_tokens)d train / %(val_tokens)d val tokens", row)
         dd = datasets.DatasetDict({k: datasets.Dataset.from_dict(v) for k, v in packed.items()})
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=self.cache_path.parent, prefix=self.cache_path.name + ".tmp-"))
+        tmp = temp_dir(self.cache_path.parent, self.cache_path.name)
         try:
             dd.save_to_disk(str(tmp))
             (tmp / "stats.json").write_text(json.dumps(stats, indent=1))

@@ -6,6 +6,7 @@ The model call lives in scripts/generate_data.py; this module only builds prompt
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -163,8 +164,18 @@ def drop_torn_tail(path: Path) -> int:
 def append_records(path: Path, pairs: list[tuple[str, str]]) -> None:
     """Append (prompt, answer) chat records and flush to disk: progress survives a kill."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        for prompt, answer in pairs:
-            f.write(json.dumps({"messages": [{"role": "user", "content": prompt},
-                                             {"role": "assistant", "content": answer}]}) + "\n")
-        f.flush()
+    before = path.stat().st_size if path.is_file() else 0
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            for prompt, answer in pairs:
+                f.write(json.dumps({"messages": [{"role": "user", "content": prompt},
+                                                 {"role": "assistant", "content": answer}]}) + "\n")
+            f.flush()
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        with open(path, "r+b") as f:  # the batch goes whole or not at all: no half line stays behind
+            f.truncate(before)
+        raise UsageError(f"the disk is full while writing {path}: this batch's answers were dropped, the "
+                         f"{len(done_prompts(path))} before it are kept. Fix: free space, then rerun the same "
+                         "command (it resumes).") from None

@@ -35,7 +35,8 @@ from omegaconf import DictConfig
 
 from eval.preflight import usage_errors
 from data.prompts import encode_prompt, load_prompts
-from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer
+from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, resolve
+from eval.checks import check_prompt_lengths
 from decode.core.metrics import by_entropy
 from decode.core.sampling import acceptance_probability, logits_to_probs
 from decode.kernels.runtime import setup_cpu
@@ -134,6 +135,7 @@ def load_models(cfg: DictConfig):
         raise ValueError(f"{', '.join(features)}: feature drafts (Medusa, EAGLE-style) are measured by decoding. Fix: "
                          "python eval/speculate.py drafts=[...] (eval/acceptance.py replays standalone drafts).")
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    check_prompt_lengths(cfg, tokenizer, resolve(cfg.target, cfg.cache_dir), 0)  # before the weights load
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,
                          cache_dir=cfg.cache_dir, device=cfg.device)

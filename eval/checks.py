@@ -277,3 +277,34 @@ def check_bench_draft_quant(cfg: DictConfig) -> None:
     if cfg.get("draft_vocab_from"):
         check_source(cfg.draft_vocab_from, "draft_vocab_from")
     writable_dir(cfg.out, "out")
+
+
+def context_length(folder) -> int | None:
+    """The target's context (max_position_embeddings of its config.json), None where it does not say."""
+    path = Path(str(folder)) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    return config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+
+
+def check_prompt_lengths(cfg: DictConfig, tokenizer, target_folder, extra: int) -> None:
+    """Every prompt to decode (both splits), encoded with the target's chat template, leaves room for
+    max_new_tokens and `extra` drafted positions in the target's context: checked once the tokenizer is loaded,
+    before the model is."""
+    from data.prompts import encode_prompt, load_prompts
+
+    context = context_length(target_folder)
+    if not context:
+        return
+    for domain in ([None] if cfg.get("prompts_file") else cfg.domains):
+        for split in dict.fromkeys([cfg.get("split", "test"), "tune"]):
+            for i, prompt in enumerate(load_prompts(domain, cfg.n_prompts, cfg.get("prompts_file"), split)):
+                n = len(encode_prompt(tokenizer, prompt))
+                if n + cfg.max_new_tokens + extra > context:
+                    text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+                    where = f"prompts_file {cfg.prompts_file}" if cfg.get("prompts_file") else f"domain {domain}"
+                    raise UsageError(f"{where}: the {split} prompt {i + 1} ('{' '.join(text.split())[:40]}...') is "
+                                     f"{n} tokens with the chat template; with max_new_tokens={cfg.max_new_tokens} "
+                                     f"(and {extra} drafted) it needs {n + cfg.max_new_tokens + extra} positions, the "
+                                     f"target's context holds {context}. Fix: shorten it, or lower max_new_tokens.")

@@ -12,6 +12,7 @@ with other settings, a prompt longer than the context) into the same one-line ex
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -67,8 +68,14 @@ def usage_errors(broad: bool = False):
     try:
         yield
     except Exception as ex:  # noqa: BLE001 (sorted below: what is not a usage error goes on up)
+        if isinstance(ex, OSError) and ex.errno == errno.ENOSPC:
+            fail(f"the disk is full ({getattr(ex, 'filename', None) or ex}). Fix: free space (or point out= / "
+                 "paths.cache_dir elsewhere) and rerun: finished parts are kept, interrupted ones resume.")
         names = {c.__name__ for c in type(ex).__mro__}
         hydra = bool(names & {"HydraException", "OmegaConfBaseException"})
+        if broad and isinstance(ex, TypeError):  # a config value of the wrong type met a comparison
+            fail(f"a config value has the wrong type ({ex}). Fix: check the values on the command line (numbers "
+                 "unquoted, lists in brackets); --cfg job prints the composed config.")
         if names & set(USAGE_ERROR_NAMES) or (broad and (hydra or isinstance(ex, (ValueError, KeyError, OSError)))):
             fail(hydra_message(ex) if hydra else ex.args[0] if isinstance(ex, KeyError) and ex.args else str(ex))
         raise

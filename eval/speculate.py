@@ -44,9 +44,10 @@ from decode.kernels.fast_linear import fast_cpu_linears
 from decode.drafts.quantize import quantize_draft, weights_label
 from decode.core.replay import best_rule, draft_positions
 from eval.card import best_by_domain, write_card, write_policy
-from eval.checks import LOOKUP, ROUTER, TREES, check_eval_config, thresholds_of
+from eval.checks import LOOKUP, ROUTER, TREES, check_eval_config, check_prompt_lengths, thresholds_of
 from eval.tracking import log_eval_to_wandb
-from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
+from decode.models.loading import (eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, resolve,
+                                   special_token_ids)
 from decode.core.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
                             replayed_speedup, theoretical_speedup)
 from decode.proposers.ngram import LookupThenDraftProposer, PromptLookupProposer
@@ -499,6 +500,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
+    drafted = max([g for g in gammas if g != "auto"] + [int(cfg.max_auto_gamma), int(cfg.router.max_gamma),
+                                                         tree_rows(cfg)]) + 1
+    check_prompt_lengths(cfg, tokenizer, resolve(cfg.target, cfg.cache_dir), drafted)  # before the weights load
     target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
     eos = eos_token_ids(tokenizer, target)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.draft_dtype or cfg.dtype,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
+
+from data.atomic import temp_file
 
 log = logging.getLogger(__name__)
 LAST = "last.ckpt"
@@ -24,7 +25,7 @@ def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     """torch.save to a temporary file in the same folder, fsync, then rename over `path` (atomic on POSIX)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    fd, tmp = temp_file(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)

@@ -37,10 +37,11 @@ def check_config(cfg: DictConfig) -> None:
     """Every value in range and every combination allowed, before loading anything (no file is read)."""
     check_feature_draft(cfg)  # first: what a feature draft cannot do at all comes before how to fix the rest
     check_train_vocab(cfg)
-    if cfg.loss.temperature <= 0:
-        raise UsageError(f"loss.temperature must be > 0, got {cfg.loss.temperature}.")
-    if not 0 <= cfg.loss.ce_weight <= 1:
-        raise UsageError(f"loss.ce_weight must be in [0, 1], got {cfg.loss.ce_weight}.")
+    check_steps(cfg)  # numbers before the comparisons below, which need numbers
+    number_in(cfg.loss.temperature, "loss.temperature", 0, low_open=True)
+    number_in(cfg.loss.ce_weight, "loss.ce_weight", 0, 1)
+    for key in ("block_size", "batch_size"):
+        number_in(cfg.data[key], f"data.{key}", 2 if key == "block_size" else 1, integer=True)
     if cfg.teacher not in ("live", "cache"):
         raise UsageError(f"teacher must be live or cache, got '{cfg.teacher}'.")
     top_k_cache = cfg.teacher == "cache" and cfg.model.draft.kind not in FEATURE_KINDS  # feature caches: any loss
@@ -58,10 +59,6 @@ def check_config(cfg: DictConfig) -> None:
         raise UsageError("onpolicy.fraction > 0 needs teacher=live (the target grades the draft's own text) and "
                          "prompt_tokens + new_tokens of a few blocks at most.")
     check_loss(cfg.loss)
-    if cfg.data.block_size < 2 or cfg.data.batch_size < 1:
-        raise UsageError("data.block_size must be >= 2 and data.batch_size >= 1.")
-    if cfg.optim.lr <= 0:
-        raise UsageError(f"optim.lr must be > 0, got {cfg.optim.lr}.")
     if cfg.checkpoint.monitor not in ("val/expected_accept", "val/top1_agree", "val/alpha"):
         raise UsageError(f"checkpoint.monitor must be val/expected_accept, val/top1_agree or val/alpha, "
                          f"got '{cfg.checkpoint.monitor}'.")
@@ -79,7 +76,6 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.export.enabled and out.exists() and not cfg.export.overwrite:
         raise UsageError(f"Export folder {out} already exists. Fix: set export.dir elsewhere, "
                          "or export.overwrite=true.")
-    check_steps(cfg)
     check_generate(cfg)
     check_spec_eval(cfg)
 

@@ -4,6 +4,7 @@ generation config) that `AutoModelForCausalLM.from_pretrained` and serving engin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -11,12 +12,15 @@ from pathlib import Path
 
 import torch
 
+from data.atomic import temp_dir
 from data.checks import UsageError
 from data.token_ranking import write_ranking
 from decode.drafts.feature_drafts import FEATURE_KINDS, is_feature_draft
 from decode.drafts.feature_export import feature_draft_from_config
 from decode.drafts.feature_export import write_feature_weights
 from eval.card import write_card
+
+log = logging.getLogger("draftsmith.export")
 
 CHECKPOINT_KEY = "draftsmith"  # the entry a Draftsmith checkpoint carries besides Lightning's own
 _META = CHECKPOINT_KEY
@@ -93,8 +97,11 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     if out.exists() and not overwrite:
         raise UsageError(f"Export folder {out} already exists. Fix: choose another export.dir, "
                               "or pass export.overwrite=true to replace it.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    old = out.with_name(f".{out.name}.old")
+    if old.is_dir() and not out.exists():  # a kill between the two renames below: the previous export comes back
+        os.replace(old, out)
+        log.warning("%s: restored the previous export, moved aside by an interrupted overwrite", out)
+    tmp = temp_dir(out.parent, out.name)
     try:
         if is_feature_draft(model):  # the serving layout (decode/drafts/feature_export.py); eagle3 stores its cut head
             info = {**(info or {}), "draft_kind": model.draft_kind, "draft_config": model.config_dict()}
@@ -111,7 +118,6 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
             write_ranking(tmp, draft_vocab["ranking"], draft_vocab["size"], draft_vocab["from"])
         write_card(tmp, name=out.name)  # README.md model card, rendered from draftsmith.json
         if out.exists():
-            old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(out, old)
             os.replace(tmp, out)

@@ -20,12 +20,12 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from data.atomic import temp_dir
 from data.teacher_cache_files import DONE
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
                 for key, value in computed.items():
                     rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
                 bar.update(len(ids))
-            tmp = Path(tempfile.mkdtemp(dir=out, prefix=".shard-tmp-"))
+            tmp = temp_dir(out, "shard")  # a dead run's half-written shards go first
             try:
                 datasets.Dataset.from_dict(rows).save_to_disk(str(tmp))
                 shard_dir.parent.mkdir(parents=True, exist_ok=True)

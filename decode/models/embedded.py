@@ -155,13 +155,35 @@ def embedded_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
     if (out / _DONE).is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock  # several processes (DDP ranks) may ask at once
+    from filelock import FileLock, Timeout  # several processes (DDP ranks) may ask at once
 
-    with FileLock(str(out) + ".lock"):
+    lock = FileLock(str(out) + ".lock")  # an OS lock: a killed holder releases it, a leftover file is harmless
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("Another process is converting %s; waiting for it (its lock: %s.lock)...", key, out)
+        lock.acquire()
+    try:
         if (out / _DONE).is_file():
             return out
+        remove_leftovers(out)
         _convert(spec, out)
+    finally:
+        lock.release()
     return out
+
+
+def remove_leftovers(out: Path) -> None:
+    """Remove what a killed conversion of `out` left (its joined GGUF chunks, a half-written cache, a cache without
+    its completion mark); called under the conversion lock, so no live process is writing them."""
+    gone = [p for p in out.parent.glob(out.name + ".gguf-*")] + [p for p in out.parent.glob(out.name + ".tmp-*")]
+    if out.exists() and not (out / _DONE).is_file():
+        gone.append(out)
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if gone:
+        log.warning("Removed %d leftover(s) of an interrupted conversion of %s: %s", len(gone), out.name,
+                    ", ".join(p.name for p in gone))
 
 
 def verified_gguf(spec: EmbeddedModel, work_dir: Path) -> Path:

@@ -1,0 +1,259 @@
+"""Every bad-input case of the entry points, run as a user runs them: exit status, message, seconds to fail.
+
+    python scripts/bad_input_table.py                       # prints the table, writes docs/bad-input.md
+    python scripts/bad_input_table.py --only speculate      # the cases of one entry point
+
+Each case builds its inputs in a temporary folder, runs `python <entry point> <args>` with the embedded default
+target (converted once by `make setup`'s first run; `--target` for another folder) and records what came back. A
+case passes when it exits with status 2 in one line naming the input, without a traceback, within its limit: 2 s
+where no model file is opened, 10 s where one is (a tokenizer, to measure a prompt). tests/test_bad_input.py runs the
+same cases in-process in the fast suite, and all of them as programs in the integration suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "bad-input.md"
+START, END = "<!-- cases:start -->", "<!-- cases:end -->"
+ENTRIES = {  # script -> (config name, "module:check function")
+    "eval/speculate.py": ("speculate", "eval.checks:check_speculate"),
+    "eval/acceptance.py": ("acceptance", "eval.checks:check_acceptance"),
+    "eval/compare.py": ("compare", "eval.checks:check_compare"),
+    "train/distill.py": ("distill", "train.checks:check_distill"),
+    "scripts/export_draft.py": ("export_draft", "eval.checks:check_export"),
+    "scripts/generate_data.py": ("generate_data", "eval.checks:check_generate"),
+    "scripts/cache_teacher.py": ("cache_teacher", "eval.checks:check_cache_teacher"),
+    "scripts/bench_decoder.py": ("bench_decoder", "eval.checks:check_bench_decoder"),
+}
+LONG_PROMPT = " ".join(["Explain why the sky is blue in great detail"] * 1200)  # > 8192 tokens
+
+
+@dataclass
+class Case:
+    what: str               # the bad input, in a user's words
+    entry: str              # the script
+    args: list[str]         # overrides; {tmp} the case's folder, {target} the target, {draft} a complete draft
+    expect: str             # a fragment the message must hold
+    files: dict = field(default_factory=dict)  # name in {tmp} -> text | bytes | a builder's name
+    opens_model_files: bool = False  # a tokenizer is read (limit 10 s) rather than config values and small files
+
+
+S, D = "eval/speculate.py", "train/distill.py"
+QUICK = ["trainer.max_steps=1", "paths.output_dir={tmp}/run"]  # a distill run that would otherwise start
+CASES = [
+    Case("prompts file: malformed JSON on line 2", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         "p.jsonl line 2 is not valid JSON", {"p.jsonl": '{"prompt": "hi"}\n{"prompt": "unterminated\n'}),
+    Case("prompts file: empty", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"], "p.jsonl is empty",
+         {"p.jsonl": ""}),
+    Case("prompts file: only blank lines", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"], "only blank lines",
+         {"p.jsonl": "\n  \n"}),
+    Case("prompts file: a line with neither prompt nor messages", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         'line 2 has neither "prompt" nor "messages"', {"p.jsonl": '{"prompt": "a"}\n{"text": "b"}\n'}),
+    Case("prompts file: not UTF-8", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"], "line 1 is not UTF-8",
+         {"p.jsonl": b'{"prompt": "caf\xe9"}\n'}),
+    Case("prompts file: does not exist", S, ["drafts=[{draft}]", "prompts_file={tmp}/none.jsonl"],
+         "none.jsonl does not exist"),
+    Case("prompts file: messages not a list", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         '"messages" must be a non-empty list', {"p.jsonl": '{"messages": "hi"}\n'}),
+    Case("prompts file: unknown split", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         '"split" must be tune or test', {"p.jsonl": '{"prompt": "a", "split": "train"}\n'}),
+    Case("prompts file: a JSON array line", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         "is a JSON list, not an object", {"p.jsonl": '["a"]\n'}),
+    Case("prompt longer than the target's context", S,
+         ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl", "n_prompts=2", "max_new_tokens=64"], "context holds",
+         {"p.jsonl": json.dumps({"prompt": LONG_PROMPT}) + "\n" + json.dumps({"prompt": LONG_PROMPT}) + "\n"},
+         opens_model_files=True),
+    Case("draft folder does not exist", S, ["drafts=[{tmp}/no-such-export]"], "no-such-export does not exist"),
+    Case("draft folder without config.json", S, ["drafts=[{tmp}/empty]"], "has no config.json", {"empty/": ""}),
+    Case("draft export cut short (truncated safetensors)", S, ["drafts=[{tmp}/cut]"], "cut short", {"cut/": "cut"}),
+    Case("draft of a foreign vocabulary", S, ["drafts=[{tmp}/foreign]"], "does not share the target's vocabulary",
+         {"foreign/": "foreign"}),
+    Case("unknown embedded model", S, ["drafts=[embedded:tiny-llama]"], "unknown embedded model 'tiny-llama'"),
+    Case("a Hub id that is not cached, offline", S, ["drafts=[someorg/some-draft]"], "not in the Hugging Face cache"),
+    Case("gamma out of range", S, ["drafts=[{draft}]", "gamma=[0]"], "gamma must be integers >= 1"),
+    Case("negative temperature", S, ["drafts=[{draft}]", "temperature=[-1]"], "temperature must be >= 0"),
+    Case("top_p out of range", S, ["drafts=[{draft}]", "top_p=1.5"], "top_p must be in (0, 1]"),
+    Case("one prompt (no interval)", S, ["drafts=[{draft}]", "n_prompts=1"], "n_prompts >= 2"),
+    Case("unknown domain", S, ["drafts=[{draft}]", "domains=[astrology]"], "domains must list built-in prompt sets"),
+    Case("unknown proposer", S, ["drafts=[{draft}]", "proposers=[magic]"], "proposers must be a non-empty list"),
+    Case("zero new tokens", S, ["drafts=[{draft}]", "max_new_tokens=0"], "max_new_tokens must be >= 1"),
+    Case("drafts not given", S, [], "drafts is required"),
+    Case("output folder under a file", S, ["drafts=[{draft}]", "out={tmp}/file/out"], "is a file",
+         {"file": "x"}),
+    Case("training steps zero", D, QUICK + ["trainer.max_steps=0"], "trainer.max_steps must be >= 1"),
+    Case("learning rate zero", D, QUICK + ["optim.lr=0"], "optim.lr must be in (0, 1]"),
+    Case("learning rate above 1", D, QUICK + ["optim.lr=3"], "optim.lr must be in (0, 1]"),
+    Case("learning rate not a number", D, QUICK + ["optim.lr=fast"], "optim.lr must be a number"),
+    Case("JSD beta out of range", D, QUICK + ["loss.params.beta=1.5"], "loss.params.beta must be in (0, 1)"),
+    Case("unknown domain", D, ["+domain=astrology"], "unknown domain 'astrology'"),
+    Case("unknown loss", D, ["loss=bogus"], "unknown loss 'bogus'"),
+    Case("unknown experiment", D, ["+experiment=nope"], "unknown experiment 'nope'"),
+    Case("misspelt config key", D, ["trainer.max_stepz=3"], "unknown config key 'trainer.max_stepz'"),
+    Case("override that does not parse", D, ["trainer.max_steps=[3"], "cannot parse the command's overrides"),
+    Case("training data file missing", D, QUICK + ["data=files", "data.sources=[{kind: files, path: {tmp}/no.jsonl}]"],
+         "no.jsonl does not exist"),
+    Case("chat data: a line without messages", D,
+         QUICK + ["data=files", "data.sources=[{kind: files, path: {tmp}/c.jsonl, format: chat}]"],
+         "line 2 has no \"messages\"", {"c.jsonl": '{"messages": [{"role": "user", "content": "a"}]}\n{"text": "b"}\n'}),
+    Case("answers to generate: zero prompts", D, QUICK + ["data.generate.n_prompts=0"],
+         "data.generate.n_prompts must be >= 1"),
+    Case("unknown embedded target", D, QUICK + ["model.target.name_or_path=embedded:nope"], "unknown embedded model"),
+    Case("resume from a truncated checkpoint", D, QUICK + ["ckpt_path={tmp}/last.ckpt"], "not a complete checkpoint",
+         {"last.ckpt": b"PK\x03\x04 cut short"}),
+    Case("export folder exists", D, QUICK + ["export.dir={tmp}/export"], "already exists", {"export/": ""}),
+    Case("acceptance: zero prompts", "eval/acceptance.py", ["drafts=[{draft}]", "n_prompts=0"],
+         "n_prompts must be >= 1"),
+    Case("export: checkpoint missing", "scripts/export_draft.py", ["ckpt_path={tmp}/x.ckpt", "out={tmp}/out"],
+         "x.ckpt does not exist"),
+    Case("export: checkpoint cut short", "scripts/export_draft.py", ["ckpt_path={tmp}/x.ckpt", "out={tmp}/out"],
+         "not a complete checkpoint", {"x.ckpt": b"PK\x03\x04 cut short"}),
+    Case("export: output folder exists", "scripts/export_draft.py", ["ckpt_path={tmp}/x.ckpt", "out={tmp}/out"],
+         "out: ", {"x.ckpt": b"PK\x05\x06" + b"\0" * 18, "out/": ""}),
+    Case("compare: not a finished run", "eval/compare.py", ["runs=[{tmp}/run]"], "has no summary.json",
+         {"run/": ""}),
+    Case("generate: unknown prompt set", "scripts/generate_data.py", ["prompts_from=astrology", "out={tmp}/a.jsonl"],
+         "prompts_from must be one of"),
+    Case("generate: negative temperature", "scripts/generate_data.py", ["temperature=-0.5", "out={tmp}/a.jsonl"],
+         "temperature must be >= 0"),
+    Case("teacher cache: top_k zero", "scripts/cache_teacher.py", ["top_k=0"], "top_k must be >= 1"),
+    Case("bench_decoder: gamma zero", "scripts/bench_decoder.py", ["draft={draft}", "gamma=0"], "gamma must be >= 1"),
+]
+
+
+def safetensors_bytes(cut: bool = False) -> bytes:
+    """A minimal safetensors file (one float32 tensor); `cut`: its data cut short, as an interrupted copy leaves."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    blob = struct.pack("<Q", len(header)) + header + b"\0" * 16
+    return blob[:-10] if cut else blob
+
+
+def model_files(target: Path, folder: Path, kind: str) -> None:
+    """A draft folder beside the target's: its config and tokenizer files with a tiny weights file; `cut` cuts the
+    weights short, `foreign` renumbers two tokens of the vocabulary, `complete` leaves it valid (for preflight)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (target / name).is_file():
+            shutil.copy(target / name, folder / name)
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(cut=kind == "cut"))
+    if kind == "foreign":
+        data = json.loads((folder / "tokenizer.json").read_text())
+        vocab = data["model"]["vocab"]
+        a, b = list(vocab)[1000:1002]  # ordinary tokens (the first ids are special ones)
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+        (folder / "tokenizer.json").write_text(json.dumps(data))
+
+
+def build(case: Case, tmp: Path, target: Path) -> None:
+    for name, content in case.files.items():
+        path = tmp / name.rstrip("/")
+        if name.endswith("/"):
+            if content in ("cut", "foreign", "complete"):
+                model_files(target, path, content)
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def fill(args: list[str], tmp: Path, target: str, draft: str) -> list[str]:
+    return [a.replace("{tmp}", str(tmp)).replace("{target}", target).replace("{draft}", draft) for a in args]
+
+
+def case_args(case: Case, tmp: Path, target: str, draft: str) -> list[str]:
+    """The case's overrides, with the target named where the entry point takes one."""
+    config = ENTRIES[case.entry][0]
+    extra = ([f"model.target.name_or_path={target}"] if config in ("distill", "cache_teacher")
+             else [f"target={target}"] if config in ("speculate", "acceptance", "bench_decoder", "generate_data")
+             else [])
+    return extra + fill(case.args, tmp, target, draft)
+
+
+def run_case(case: Case, target_folder: Path, target: str, python: str = sys.executable) -> dict:
+    """Run one case as a program; what came back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        build(case, tmp, target_folder)
+        model_files(target_folder, tmp / "draft", "complete")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        started = time.perf_counter()
+        try:
+            run = subprocess.run([python, str(ROOT / case.entry), *case_args(case, tmp, target, str(tmp / "draft"))],
+                                 capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+        except subprocess.TimeoutExpired as e:  # did not fail at all: recorded as such
+            run = subprocess.CompletedProcess(e.cmd, -1, "", f"(still running after {e.timeout} s: killed)")
+        seconds = time.perf_counter() - started
+        leftovers = sorted(p.name for p in tmp.iterdir() if p.name not in {n.rstrip("/").split("/")[0]
+                                                                           for n in case.files} | {"draft"})
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    return {"what": case.what, "entry": case.entry, "args": case.args, "exit": run.returncode,
+            "message": lines[-1] if lines else "", "stderr_lines": len(lines),
+            "traceback": "Traceback" in run.stderr, "seconds": round(seconds, 2),
+            "limit_s": 10 if case.opens_model_files else 2, "expected": case.expect, "written": leftovers}
+
+
+def passed(row: dict) -> bool:
+    return (row["exit"] == 2 and row["stderr_lines"] == 1 and not row["traceback"] and row["expected"] in
+            row["message"] and row["seconds"] <= row["limit_s"] and not row["written"])
+
+
+def markdown(rows: list[dict], conditions: str) -> str:
+    table = ["| entry point | bad input | exit | s | limit | message |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        message = r["message"].replace("|", "\\|")
+        table.append(f"| `{r['entry']}` | {r['what']} | {r['exit']} | {r['seconds']:.2f} | {r['limit_s']} "
+                     f"| {'' if passed(r) else '**FAILS THE GOAL** '}{message} |")
+    ok = sum(passed(r) for r in rows)
+    return "\n".join([START, f"{ok} of {len(rows)} cases meet the goal. {conditions}", "", *table,
+                      "", "<!-- generated by scripts/bad_input_table.py -->", END])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="embedded:smollm2-135m-instruct")
+    ap.add_argument("--only", default=None, help="one entry point's cases, e.g. speculate")
+    ap.add_argument("--no-write", action="store_true", help="print only; docs/bad-input.md stays as it is")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from decode.models.loading import resolve
+    from eval.provenance import cpu_model
+
+    target_folder = Path(resolve(args.target))  # converts an embedded target once, before any case is timed
+    rows = []
+    for case in CASES:
+        if args.only and args.only not in case.entry:
+            continue
+        rows.append(run_case(case, target_folder, args.target))
+        r = rows[-1]
+        print(f"{'ok  ' if passed(r) else 'FAIL'} {r['seconds']:5.2f}s exit {r['exit']} {r['entry']}: {r['what']}\n"
+              f"     {r['message']}", flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT).stdout)
+    conditions = (f"Measured {time.strftime('%Y-%m-%d')} on commit `{commit}`{' with uncommitted changes' if dirty else ''}"
+                  f", CPU {cpu_model()} ({os.cpu_count()} cores), target "
+                  f"`{args.target}`, wall time of the whole program (`python scripts/bad_input_table.py`).")
+    block = markdown(rows, conditions)
+    print(block)
+    if not args.no_write and not args.only and PAGE.is_file():
+        text = PAGE.read_text()
+        PAGE.write_text(text[:text.index(START)] + block + text[text.index(END) + len(END):])
+        print(f"wrote {PAGE.relative_to(ROOT)}")
+    sys.exit(0 if all(passed(r) for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
