@@ -150,7 +150,7 @@ def model_files(target: Path, folder: Path, kind: str) -> None:
     if kind == "foreign":
         data = json.loads((folder / "tokenizer.json").read_text())
         vocab = data["model"]["vocab"]
-        a, b = list(vocab)[1000:1002]  # ordinary tokens (the first ids are special ones)
+        a, b = list(vocab)[len(vocab) // 2: len(vocab) // 2 + 2]  # ordinary tokens (special ones come first)
         vocab[a], vocab[b] = vocab[b], vocab[a]
         (folder / "tokenizer.json").write_text(json.dumps(data))
 

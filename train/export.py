@@ -94,13 +94,13 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     (size, from, ranking: model.draft.train_vocab_from) goes in as draft_vocab.json. `head`: the target's LM head
     weight, which an EAGLE-3 export cuts to the `kept` ids (None: all)."""
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise UsageError(f"Export folder {out} already exists. Fix: choose another export.dir, "
-                              "or pass export.overwrite=true to replace it.")
     old = out.with_name(f".{out.name}.old")
     if old.is_dir() and not out.exists():  # a kill between the two renames below: the previous export comes back
         os.replace(old, out)
         log.warning("%s: restored the previous export, moved aside by an interrupted overwrite", out)
+    if out.exists() and not overwrite:
+        raise UsageError(f"Export folder {out} already exists. Fix: choose another export.dir, "
+                         "or pass export.overwrite=true to replace it.")
     tmp = temp_dir(out.parent, out.name)
     try:
         if is_feature_draft(model):  # the serving layout (decode/drafts/feature_export.py); eagle3 stores its cut head
