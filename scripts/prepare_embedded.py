@@ -28,10 +28,13 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in args.names:
         key = name.removeprefix("embedded:")
-        if key not in REGISTRY:
-            sys.exit(f"Unknown embedded model '{name}'. Known: {', '.join(sorted(REGISTRY))}.")
+        if key not in REGISTRY:  # argparse's error: one line, exit status 2
+            ap.error(f"unknown embedded model '{name}'. Fix: one of {', '.join(sorted(REGISTRY))}.")
         start = time.time()
-        folder = embedded_model_dir(key, args.cache_dir)
+        try:
+            folder = embedded_model_dir(key, args.cache_dir)
+        except FileNotFoundError as e:  # its wheels are not installed (the message names the command)
+            ap.error(str(e))
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1024**3
         print(f"embedded:{key} -> {folder} ({size:.1f} GB on disk, {time.time() - start:.0f} s, "
               f"peak RSS of this process so far {peak_rss_gb():.1f} GB)")
