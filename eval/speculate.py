@@ -522,7 +522,6 @@ def evaluate(cfg: DictConfig) -> list[dict]:
         if vocab[name]["restricted"] and ranked:
             vocab[name]["ranked_by"] = origin
     quant = {name: quantize_draft(draft, cfg.draft_quant)[1] for name, draft in drafts.items()}
-    gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     # The cost model spans gamma = 1..max_auto_gamma, so its verdict can name a gamma not asked for; compiled,
     # every pass shape compiles first, so it spans the gammas asked for (and max_auto_gamma with gamma=auto).
     asked = [g for g in gammas if g != "auto"] + ([cfg.max_auto_gamma] if "auto" in gammas else [])
