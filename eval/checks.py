@@ -308,3 +308,42 @@ def check_prompt_lengths(cfg: DictConfig, tokenizer, target_folder, extra: int) 
                                      f"{n} tokens with the chat template; with max_new_tokens={cfg.max_new_tokens} "
                                      f"(and {extra} drafted) it needs {n + cfg.max_new_tokens + extra} positions, the "
                                      f"target's context holds {context}. Fix: shorten it, or lower max_new_tokens.")
+
+
+def check_export_gguf(cfg: DictConfig) -> None:
+    """scripts/export_gguf.py."""
+    from eval.llamacpp import llamacpp_dir
+
+    if cfg.type not in ("f16", "q8_0", "q4_k_m"):
+        raise UsageError(f"type must be f16, q8_0 or q4_k_m, got {cfg.type!r}.")
+    folder = model_folder(cfg.export, "export", cfg.cache_dir)
+    if folder is None or not (folder / "config.json").is_file():
+        raise UsageError(f"export: {cfg.export} is not a local export folder with config.json (feature drafts have "
+                         "no GGUF form here).")
+    if not (llamacpp_dir(cfg.cache_dir) / "convert_hf_to_gguf.py").is_file():
+        raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (about 25 minutes on 2 cores, once).")
+    writable_dir(Path(str(cfg.out)).parent if cfg.out else folder, "out")
+
+
+def check_bench_llamacpp(cfg: DictConfig) -> None:
+    """scripts/bench_llamacpp.py."""
+    from eval.llamacpp import llamacpp_dir
+
+    if not (llamacpp_dir(cfg.cache_dir) / "bin" / "llama-server").is_file():
+        raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (about 25 minutes on 2 cores, once).")
+    for key in ("n_prompts", "max_new_tokens", "ctx"):
+        number_in(cfg[key], key, 1, integer=True)
+    number_in(cfg.temperature, "temperature", 0)
+    for g in cfg.draft_max:
+        number_in(g, "draft_max", 1, integer=True)
+    if cfg.gguf_type not in ("f16", "q8_0", "q4_k_m"):
+        raise UsageError(f"gguf_type must be f16, q8_0 or q4_k_m, got {cfg.gguf_type!r}.")
+    check_prompts_source(cfg)
+    for ref, what in [(cfg.target, "target")] + [(d, "drafts entry") for d in cfg.drafts]:
+        if str(ref).endswith(".gguf"):
+            from data.checks import existing_file
+
+            existing_file(ref, what)
+        else:
+            model_folder(ref, f"{what} {ref}", cfg.cache_dir)
+    writable_dir(cfg.out, "out")

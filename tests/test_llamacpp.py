@@ -1,0 +1,100 @@
+"""llama.cpp as an engine (eval/llamacpp.py): the server process's life and its HTTP API, against a stand-in
+llama-server (a small Python HTTP server with llama-server's endpoints), so no build is needed here. The real
+binary is exercised by `scripts/bench_llamacpp.py` (docs/serving.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from eval.llamacpp import LlamaServer, llamacpp_bin
+
+FAKE = r'''#!{python}
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+open({argfile!r}, "w").write(json.dumps(args))
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers(); self.wfile.write(b"{{}}")
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = body["n_predict"]
+        reply = {{"tokens": list(range(100, 100 + n)), "timings": {{"prompt_ms": 10.0 * len(body["prompt"]),
+                 "predicted_ms": 20.0 * n, "draft_n": 3 * n, "draft_n_accepted": 2 * n}}}}
+        data = json.dumps(reply).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
+        self.wfile.write(data)
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+@pytest.fixture
+def fake_llamacpp(tmp_path, monkeypatch):
+    from eval.llamacpp import VERSION
+
+    bin_dir = tmp_path / "llama.cpp" / VERSION / "bin"
+    bin_dir.mkdir(parents=True)
+    server = bin_dir / "llama-server"
+    server.write_text(FAKE.format(python=sys.executable, argfile=str(tmp_path / "args.json")))
+    server.chmod(server.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_a_missing_build_names_the_make_target(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="make setup-llamacpp"):
+        llamacpp_bin()
+
+
+def test_the_server_starts_answers_with_its_timings_and_stops(fake_llamacpp):
+    log = fake_llamacpp / "server.log"
+    with LlamaServer(Path("target.gguf"), draft_gguf=Path("draft.gguf"), draft_max=3, log=log) as server:
+        proc = server.proc
+        done = server.completion([1, 2, 3, 4], n_predict=5)
+        assert done.tokens == [100, 101, 102, 103, 104]
+        assert done.prefill_s == pytest.approx(0.04) and done.decode_s == pytest.approx(0.1)
+        assert (done.drafted, done.accepted) == (15, 10)
+    assert proc.poll() is not None  # stopped on exit
+    args = json.loads((fake_llamacpp / "args.json").read_text())
+    for flag, value in (("-m", "target.gguf"), ("-md", "draft.gguf"), ("--spec-type", "draft-simple"),
+                        ("--spec-draft-n-max", "3"), ("--spec-draft-p-min", "0.0"), ("--host", "127.0.0.1")):
+        assert args[args.index(flag) + 1] == value
+
+
+def test_a_server_that_dies_while_starting_is_reported_with_its_log(fake_llamacpp):
+    server = fake_llamacpp / "llama.cpp"
+    bin_file = next(server.rglob("llama-server"))
+    bin_file.write_text(f"#!{sys.executable}\nimport sys\nprint('error: model not found')\nsys.exit(1)\n")
+    with pytest.raises(RuntimeError, match="model not found"):
+        with LlamaServer(Path("missing.gguf"), log=fake_llamacpp / "s.log"):
+            pass
+
+
+def test_bench_settings_and_records_use_llamacpp_plain_as_the_baseline():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import bench_llamacpp
+    finally:
+        sys.path.pop(0)
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"drafts": ["d.gguf"], "draft_max": [2, 4], "ngram": True, "temperature": 0.0,
+                            "split": "test", "ci_level": 0.95})
+    servers = bench_llamacpp.settings(cfg)
+    assert [s["name"] for s in servers][0] == "llama.cpp plain" and len(servers) == 4
+    base = {"tokens": [[1, 2], [3, 4]], "seconds": [1.0, 1.0], "decode_s": [0.8, 0.8], "drafted": [0, 0],
+            "accepted": [0, 0]}
+    spec = {"tokens": [[1, 2], [3, 4]], "seconds": [0.5, 0.5], "decode_s": [0.3, 0.3], "drafted": [4, 4],
+            "accepted": [3, 1]}
+    r = bench_llamacpp.record(servers[1], spec, base, "code", cfg)
+    assert r["engine"] == "llama.cpp" and r["speedup"] == pytest.approx(2.0) and r["alpha"] == pytest.approx(0.5)
+    assert r["greedy_identical"] is True and r["tok_s"] == pytest.approx(4.0)
