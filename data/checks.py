@@ -14,6 +14,10 @@ import os
 from pathlib import Path
 
 
+FULL_CHECK_BYTES = 64 << 20  # data files up to this size are checked line by line in full
+CHECKED_LINES = 10_000       # larger ones on their first lines
+
+
 class UsageError(ValueError):
     """Bad input from the user (a config value, a file, a path): the entry point prints its one-line message and
     exits with status 2, without a traceback (eval/preflight.py)."""
@@ -34,8 +38,9 @@ def existing_file(path, what: str) -> Path:
     return file
 
 
-def read_lines(path, what: str) -> list[tuple[int, str]]:
-    """(line number, text) of every non-blank line of a UTF-8 text file; a byte that is not UTF-8 is named by line."""
+def read_lines(path, what: str, limit: int | None = None) -> list[tuple[int, str]]:
+    """(line number, text) of every non-blank line of a UTF-8 text file (the first `limit` ones when given); a byte
+    that is not UTF-8 is named by line."""
     file = existing_file(path, what)
     lines = []
     with open(file, "rb") as f:
@@ -47,15 +52,17 @@ def read_lines(path, what: str) -> list[tuple[int, str]]:
                                  f"{raw[e.start:e.start + 1]!r}). Fix: save the file as UTF-8.") from None
             if text.strip():
                 lines.append((number, text))
+            if limit is not None and len(lines) >= limit:
+                break
     if not lines:
         raise UsageError(f"{what}: {file} has only blank lines. Fix: give one JSON object per line.")
     return lines
 
 
-def read_jsonl(path, what: str) -> list[tuple[int, dict]]:
-    """(line number, object) of every non-blank line of a JSONL file, each checked to be one JSON object."""
+def read_jsonl(path, what: str, limit: int | None = None) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSONL file (the first `limit`), each one JSON object."""
     rows = []
-    for number, text in read_lines(path, what):
+    for number, text in read_lines(path, what, limit):
         try:
             row = json.loads(text)
         except json.JSONDecodeError as e:
@@ -101,17 +108,20 @@ def check_prompt_rows(rows: list[tuple[int, dict]], path) -> None:
 
 def check_data_file(path, fmt: str, what: str, torn_tail_ok: bool = False) -> None:
     """A training file of data.sources (kind: files): text (.txt: any UTF-8; .jsonl: a "text" field per line) or
-    chat (.jsonl: a "messages" list per line). Parquet files are checked by the datasets reader. `torn_tail_ok`: an
-    answer store's last line cut short by a kill is left to the run, which drops it (data/generated.py)."""
+    chat (.jsonl: a "messages" list per line). Parquet files are checked by the datasets reader. A file over
+    FULL_CHECK_BYTES is checked on its first CHECKED_LINES lines (a check must stay fast; the reader still reads it
+    all). `torn_tail_ok`: an answer store's last line cut short by a kill is left to the run, which drops it
+    (data/generated.py)."""
     file = existing_file(path, what)
     if file.suffix == ".parquet":
         return
+    limit = None if file.stat().st_size <= FULL_CHECK_BYTES else CHECKED_LINES
     if file.suffix != ".jsonl":
-        read_lines(file, what)  # plain text: UTF-8, not empty
+        read_lines(file, what, limit)  # plain text: UTF-8, not empty
         return
     if torn_tail_ok and torn_tail(file):
         return  # the rest was written whole, line by line, by the same store writer
-    for number, row in read_jsonl(file, what):
+    for number, row in read_jsonl(file, what, limit):
         where = f"{what}: {file} line {number}"
         if fmt == "chat":
             if "messages" not in row:
