@@ -78,7 +78,15 @@ def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dic
             "tau": float("nan"), "cost_ratio_c": float("nan"), "hardware_expected_speedup": float("nan"),
             "greedy_identical": runs["tokens"] == base["tokens"] if cfg.temperature == 0 else None,
             "ci_level": cfg.ci_level,
-            "per_prompt": {"seconds": runs["seconds"], "decode_s": runs["decode_s"], "tokens": tokens}}
+            "per_prompt": {"seconds": runs["seconds"], "decode_s": runs["decode_s"], "tokens": tokens,
+                           "drafted": runs["drafted"], "accepted": runs["accepted"],
+                           "first_difference": [first_difference(a, b) for a, b in zip(runs["tokens"], base["tokens"])]}}
+
+
+def first_difference(tokens: list[int], plain: list[int]) -> int | None:
+    """Where a setting's output first leaves llama.cpp plain's (None: identical)."""
+    return next((i for i, (a, b) in enumerate(zip(tokens, plain)) if a != b),
+                None if len(tokens) == len(plain) else min(len(tokens), len(plain)))
 
 
 def bench(cfg: DictConfig) -> list[dict]:

@@ -132,8 +132,20 @@ def draft_quant_table(data: dict, labels: dict) -> list[str]:
     return rows
 
 
+def llamacpp_table(data: dict, labels: dict) -> list[str]:
+    """scripts/bench_llamacpp.py: each setting against llama.cpp plain (one engine)."""
+    rows = ["| engine, setting | domain | T | γ | α (accepted / drafted) | tok/s | speedup over llama.cpp plain "
+            "| greedy identical |", "|---|---|---|---|---|---|---|---|"]
+    for r in data["records"]:
+        who = r["setting"] if r["draft"] in ("none", None) else draft_label(r["draft"], labels) + ", draft model"
+        rows.append(f"| llama.cpp, {who} | {r['domain']} | {r['temperature']:g} | {r.get('gamma') or '–'} "
+                    f"| {f3(r['alpha'])} | {r['tok_s']:.1f} | **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
+                    f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    return rows
+
+
 RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table,
-          "draft_quant": draft_quant_table}
+          "draft_quant": draft_quant_table, "llamacpp": llamacpp_table}
 
 
 def conditions_line(data: dict, kind: str) -> str:
@@ -162,6 +174,10 @@ def conditions_line(data: dict, kind: str) -> str:
             parts.append(f"[{data['records'][0].get('ci_level', 0.95):.0%} bootstrap interval across prompts]")
     if kind == "bench_decoder":
         parts += [f"γ={c.get('gamma')}", f"{c.get('n_prompts')} {c.get('domain')} prompts"]
+    if kind == "llamacpp":
+        parts += [c.get("engine"), c.get("build"), f"target GGUF {c.get('target_gguf')}",
+                  f"{data['records'][0]['n_prompts']} `{data['records'][0].get('split')}` prompts per domain",
+                  "every setting taking turns prompt by prompt", "tokens/s from the server's own timings"]
     if kind == "draft_quant":
         parts += [f"{c.get('n_prompts')} `{c.get('split')}` prompts ({', '.join(c.get('domains', []))})",
                   f"target step {c['target_step_s'] * 1e3:.0f} ms" if c.get("target_step_s") else None,
@@ -260,6 +276,10 @@ def figure(meta: dict, labels: dict) -> str:
         if kind == "bench_decoder":
             r = max(data["rows"], key=lambda r: r["tok_s"])
             return f"fastest **{r['tok_s']:.1f} tok/s** ({r['method']}, {fx(r.get('speedup'))} of target-only)"
+        if kind == "llamacpp":
+            r = max(data["records"], key=lambda r: r["speedup"])
+            return (f"fastest of {len(data['records'])} (llama.cpp, over its own plain decoding): "
+                    f"**{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} ({r['setting']}, {r['tok_s']:.1f} tok/s)")
         if kind == "draft_quant":
             r = max(data["records"], key=lambda r: r["expected_speedup"])
             return f"best cost-model speedup **{fx(r['expected_speedup'])}** ({r['variant']}, γ={r['gamma']})"
