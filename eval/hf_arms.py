@@ -20,6 +20,7 @@ import torch
 from decode.core.speculative import SamplingParams
 
 ASSISTED, LOOKUP = "transformers assisted", "transformers lookup"  # the records' proposer names
+PLAIN = "transformers plain"  # transformers' own generate() without a draft: its arms' baseline
 DEFAULT_LOOKUP_TOKENS = 10  # transformers documents prompt_lookup_num_tokens=10 as the usual choice
 
 
@@ -98,6 +99,11 @@ def hf_assisted(target, draft, gamma: int | None = None):
     if gamma is not None:
         constant_gamma(draft, gamma)
     return _run(target, {"assistant_model": draft})
+
+
+def hf_plain(target):
+    """transformers' plain generate(): the baseline its speculative arms are divided by (one engine)."""
+    return _run(target, {})
 
 
 def hf_lookup(target, gamma: int | None = None, max_n: int = 3):

@@ -11,8 +11,9 @@ from pathlib import Path
 
 log = logging.getLogger("draftsmith.eval")
 
-COLUMNS = ["draft", "proposer", "auto_off", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
-           "mean_drafted", "accepted_per_proposed", "target_tok_s", "spec_tok_s", "speedup", "speedup_ci",
+COLUMNS = ["engine", "draft", "proposer", "auto_off", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
+           "mean_drafted", "accepted_per_proposed", "target_tok_s", "spec_tok_s", "speedup_over", "speedup",
+           "speedup_ci",
            "decode_speedup", "cost_ratio_c", "theoretical_speedup", "hardware_expected_speedup", "greedy_identical"]
 
 
@@ -121,7 +122,8 @@ def plots(records: list[dict], out: Path) -> list[Path]:
 def policy_label(r: dict, name_draft: bool = True) -> str:
     """A record's decoding policy in a few words: who drafts (when the run has several drafts), how, at what gamma."""
     kind = r.get("proposer", "draft")
-    who = "" if not name_draft or kind in ("lookup", "router", "transformers lookup") else short(r["draft"]) + " "
+    who = "" if not name_draft or kind in ("lookup", "router", "transformers lookup",
+                                                                   "transformers plain") else short(r["draft"]) + " "
     gamma = str(r.get("gamma_setting", r["gamma"]))
     gamma = gamma[len("predicted"):] if gamma.startswith("predicted") else f"={gamma}"  # predicted: "≤<ceiling>"
     stop = f",stop<{r['confidence_threshold']:g}" if r.get("confidence_threshold") else ""
@@ -138,7 +140,7 @@ def policy_plot(records: list[dict], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     panels = list(dict.fromkeys((r["domain"], r["temperature"]) for r in records))
-    no_model = ("lookup", "router", "transformers lookup")
+    no_model = ("lookup", "router", "transformers lookup", "transformers plain")
     several = len({r["draft"] for r in records if r.get("proposer") not in no_model}) > 1
     height = max(2.5, 0.32 * max(sum((r["domain"], r["temperature"]) == p for r in records) for p in panels) + 1)
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6.5 * len(panels), 9), height), squeeze=False)
@@ -152,7 +154,8 @@ def policy_plot(records: list[dict], out: Path) -> Path:
             "C7" if str(r.get("proposer")).startswith("transformers") else "C0" for r in rows], alpha=0.8)
         ax.set_yticks(list(ys), [policy_label(r, several) for r in rows], fontsize=7)
         ax.axvline(1.0, color="grey", lw=0.8)
-        ax.set(xlabel="speedup vs target-only (bars: interval across prompts)", title=f"{domain}, T={temp:g}")
+        ax.set(xlabel="speedup vs the same engine's plain decoding (bars: interval across prompts)",
+               title=f"{domain}, T={temp:g}")
     fig.tight_layout()
     path = out / "policies.png"
     fig.savefig(path, dpi=110)

@@ -58,7 +58,7 @@ from decode.core.trees import static_tree
 from decode.proposers.tree import TreeProposer
 from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate, generate_all
 from decode.core.stats import bootstrap_speedup_ci, ratio_alpha_ci, ratio_of_sums_speedup
-from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, hf_assisted, hf_lookup
+from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, PLAIN as HF_PLAIN, hf_assisted, hf_lookup, hf_plain
 from eval.provenance import provenance
 from eval.timing import Arm, timed_interleaved
 from decode.kernels.runtime import setup_cpu
@@ -146,7 +146,8 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
     theoretical, expected = expected_speedups(spec["steps"], alpha, gamma, threshold, costs,
                                               "auto-off" if auto_off else proposer)
     lookup_steps = sum(s.source == "lookup" and s.drafted > 0 for s in spec["steps"])  # steps lookup found a match
-    return {"draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma, "gamma_setting": label,
+    return {"engine": "draftsmith", "speedup_over": "draftsmith target-only", "tok_s": spec["tok_s"],
+            "draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma, "gamma_setting": label,
             "temperature": temperature, "confidence_threshold": threshold,
             "lookup_step_fraction": lookup_steps / len(spec["steps"]) if spec["steps"] else float("nan"),
             "n_prompts": n_prompts, "new_tokens": spec["new_tokens"], "alpha": alpha, "tau": stats["tau"],
@@ -163,11 +164,13 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
 
 def make_hf_record(draft: str, proposer: str, domain: str, gamma, temperature: float, n_prompts: int, run: dict,
                    base: dict, level: float) -> dict:
-    """One results.json record for a transformers arm (eval/hf_arms.py): speedup and its interval like ours; tau is
-    tokens per target forward pass (counted); alpha is not reported by transformers (nan)."""
+    """One results.json record for a transformers arm (eval/hf_arms.py): its speedup (and interval) over `base`,
+    transformers' own plain generate() on the same prompts (one engine); tau is tokens per target forward pass
+    (counted); alpha is not reported by transformers (nan). Compare engines by their tok_s."""
     passes = sum(p for p in run["target_passes"] if p)
     tokens = [len(t) for t in run["tokens"]]
-    return {"draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma if gamma else "default",
+    return {"engine": "transformers", "tok_s": run["tok_s"], "speedup_over": HF_PLAIN,
+            "draft": draft, "proposer": proposer, "domain": domain, "gamma": gamma if gamma else "default",
             "gamma_setting": gamma if gamma else "transformers default", "temperature": temperature,
             "confidence_threshold": 0.0, "n_prompts": n_prompts, "new_tokens": run["new_tokens"],
             "alpha": float("nan"), "tau": run["new_tokens"] / passes if passes else float("nan"),
@@ -188,9 +191,10 @@ def is_ours(record: dict) -> bool:
 
 
 def hf_arms(cfg: DictConfig, target, hf_drafts: dict) -> list[tuple]:
-    """(draft name or None, proposer name, run) for each transformers arm asked for (`transformers`)."""
+    """(draft name or None, proposer name, run) for each transformers arm asked for (`transformers`), after
+    transformers' plain generate(), their baseline."""
     gamma = cfg.get("transformers_gamma")
-    arms = []
+    arms = [(None, HF_PLAIN, hf_plain(target))] if cfg.get("transformers") else []  # their baseline comes first
     if "lookup" in cfg.get("transformers", []):
         arms.append((None, HF_LOOKUP, hf_lookup(target, gamma, int(cfg.lookup.max_n))))
     for name, draft in hf_drafts.items():
@@ -278,9 +282,10 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     log.info("%s %s g=%s T=%s: alpha %.3f tau %.2f speedup %.2fx [%.2f, %.2f] (cost model %.2fx)",
                              who, domain, setting, temperature, rec["alpha"], rec["tau"], rec["speedup"],
                              *rec["speedup_ci"], rec["hardware_expected_speedup"])
-                for k, (name, proposer, _) in enumerate(baselines):
-                    rec = make_hf_record(name or HF_LOOKUP, proposer, domain, cfg.get("transformers_gamma"),
-                                         float(temperature), len(prompts), runs[("hf", k)], base, float(cfg.ci_level))
+                for k, (name, proposer, _) in enumerate(baselines):  # over transformers' plain generate(): k = 0
+                    rec = make_hf_record(name or proposer, proposer, domain, cfg.get("transformers_gamma"),
+                                         float(temperature), len(prompts), runs[("hf", k)], runs[("hf", 0)],
+                                         float(cfg.ci_level))
                     records.append(rec)
                     log.info("%s %s T=%s: %.2f tokens per target pass, speedup %.2fx [%.2f, %.2f]%s", proposer,
                              short(name) if name else "", temperature, rec["tau"], rec["speedup"], *rec["speedup_ci"],

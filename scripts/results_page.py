@@ -98,6 +98,8 @@ def row_label(r: dict, labels: dict) -> str:
     kind = r.get("proposer", "draft")
     if kind == "transformers lookup":
         return "transformers prompt lookup"
+    if kind == "transformers plain":
+        return "transformers plain generate() (the transformers rows' baseline)"
     return draft_label(r["draft"], labels) + {"lookup+draft": ", prompt lookup first",
                                               "heuristic": ", heuristic γ schedule",
                                               "transformers assisted": ", transformers assisted generation",

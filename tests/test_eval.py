@@ -409,20 +409,25 @@ def test_card_says_when_the_serving_target_is_not_the_weights_measured():
 
 @pytest.mark.integration  # slow (several seconds): kept out of the 2-minute fast suite
 def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_target_dir, tiny_draft_dir):
-    """transformers=[assisted,lookup]: stock assisted generation and prompt lookup are timed beside ours, against
-    the same target-only times; greedy rows reproduce the target's output; tau counts tokens per target pass."""
+    """transformers=[assisted,lookup]: stock assisted generation and prompt lookup are timed beside ours, each over
+    transformers' own plain generate() on the same prompts (one engine); greedy rows reproduce the target's output;
+    tau counts tokens per target pass; every record names its engine and its tok/s."""
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "temperature=[0,1.0]",
                                 "domains=[code]", "transformers=[assisted,lookup]", "cpu_matmul=rows_first"))
     hf = [r for r in records if r["proposer"].startswith("transformers")]
     assert sorted(r["proposer"] for r in hf) == ["transformers assisted", "transformers assisted",
-                                                 "transformers lookup", "transformers lookup"]
+                                                 "transformers lookup", "transformers lookup",
+                                                 "transformers plain", "transformers plain"]
+    assert {r["engine"] for r in hf} == {"transformers"} and {r["engine"] for r in records} == {"draftsmith",
+                                                                                                "transformers"}
     for r in hf:
         assert r["gamma"] == "default" and math.isnan(r["alpha"]) and r["target_passes"] > 0
         assert 1 <= r["tau"] <= r["new_tokens"] and r["speedup_ci"][0] <= r["speedup"] <= r["speedup_ci"][1]
         assert r["greedy_identical"] is (True if r["temperature"] == 0 else None)
         assert math.isnan(r["decode_speedup"])  # transformers' generate() does not split its prefill out
-        assert r["target_tok_s"] == next(o["target_tok_s"] for o in records if o["proposer"] == "draft"
-                                         and o["temperature"] == r["temperature"])  # one shared baseline
+        plain = next(o for o in hf if o["proposer"] == "transformers plain" and o["temperature"] == r["temperature"])
+        assert r["target_tok_s"] == plain["tok_s"] and r["tok_s"] == r["spec_tok_s"]  # over transformers' own plain
+    assert all(r["speedup"] == 1.0 for r in hf if r["proposer"] == "transformers plain")
     saved = json.loads((tmp_path / "eval" / "results.json").read_text().replace("NaN", "null"))
     assert len(saved["records"]) == len(records)
     assert "transformers assisted" in (tmp_path / "eval" / "results.md").read_text()
@@ -430,7 +435,8 @@ def test_transformers_baselines_run_in_the_same_interleaved_run(tmp_path, tiny_t
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "transformers=[medusa]"))
     only_lookup = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
                                     "transformers=[assisted,lookup]", "transformers_drafts=[]"))
-    assert [r["proposer"] for r in only_lookup if r["proposer"].startswith("transformers")] == ["transformers lookup"]
+    assert [r["proposer"] for r in only_lookup if r["proposer"].startswith("transformers")] == ["transformers plain",
+                                                                                            "transformers lookup"]
     with pytest.raises(ValueError, match="transformers_drafts must name standalone drafts"):
         evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "transformers=[assisted]",
                           "transformers_drafts=[not/a/listed/draft]"))
