@@ -7,7 +7,8 @@
 One llama-server per setting (plain, each draft at each draft length, n-gram drafting), all up at once; every test
 prompt goes to each in a rotating order, as token ids encoded with the target's chat template. Tokens/s come from
 the server's own timings (prompt + generation); a speedup divides a setting's tokens/s by llama.cpp plain's on the
-same prompts (95% bootstrap interval across prompts); alpha is the server's accepted / drafted tokens. Writes
+same prompts (95% bootstrap interval across prompts); accepted/proposed is the server's accepted / drafted tokens
+(it reports no rejections, so no α). Writes
 results.json and results.md to `out`, and each server's log.
 """
 
@@ -74,7 +75,9 @@ def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dic
             "speedup": ratio_of_sums_speedup(base["seconds"], runs["seconds"], base_tokens, tokens),
             "speedup_ci": list(bootstrap_speedup_ci(base["seconds"], runs["seconds"], base_tokens, tokens,
                                                     cfg.ci_level)),
-            "alpha": accepted / drafted if drafted else float("nan"), "drafted": drafted, "accepted": accepted,
+            # llama.cpp reports accepted and drafted tokens, not the rejections α needs (docs/metrics.md)
+            "alpha": float("nan"), "accepted_per_proposed": accepted / drafted if drafted else float("nan"),
+            "drafted": drafted, "accepted": accepted,
             "tau": float("nan"), "cost_ratio_c": float("nan"), "hardware_expected_speedup": float("nan"),
             "greedy_identical": runs["tokens"] == base["tokens"] if cfg.temperature == 0 else None,
             "ci_level": cfg.ci_level,
@@ -130,11 +133,11 @@ def bench(cfg: DictConfig) -> list[dict]:
                   "threads": cfg.threads, "cpu": cpu_model() or platform.machine(),
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
-    lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | α (accepted / drafted) | greedy identical |",
+    lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | accepted/proposed | greedy identical |",
              "|---|---|---|---|---|---|"]
     for r in records:
         lines.append(f"| {r['setting']} | {r['domain']} | {r['tok_s']:.1f} | {r['speedup']:.2f}x "
-                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['alpha']:.3f} "
+                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['accepted_per_proposed']:.3f} "
                      f"| {r['greedy_identical']} |")
     table = "\n".join(lines)
     (out / "results.md").write_text(f"# llama.cpp: speculative against plain\n\n{table}\n\nConditions: "

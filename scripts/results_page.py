@@ -136,12 +136,13 @@ def draft_quant_table(data: dict, labels: dict) -> list[str]:
 
 def llamacpp_table(data: dict, labels: dict) -> list[str]:
     """scripts/bench_llamacpp.py: each setting against llama.cpp plain (one engine)."""
-    rows = ["| engine: setting (draft model) | domain | T | γ | α (accepted / drafted) | tok/s | speedup over llama.cpp plain "
+    rows = ["| engine: setting (draft model) | domain | T | γ | accepted/proposed | tok/s | speedup over llama.cpp plain "
             "| greedy identical |", "|---|---|---|---|---|---|---|---|"]
     for r in data["records"]:
         who = r["setting"] if r["draft"] in ("none", None) else "llama.cpp, " + draft_label(r["draft"], labels)
         rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {r.get('gamma') or '–'} "
-                    f"| {f3(r['alpha'])} | {r['tok_s']:.1f} | **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
+                    f"| {f3(r['accepted'] / r['drafted'] if r.get('drafted') else None)} | {r['tok_s']:.1f} "
+                    f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
                     f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
     return rows
 

@@ -96,5 +96,5 @@ def test_bench_settings_and_records_use_llamacpp_plain_as_the_baseline():
     spec = {"tokens": [[1, 2], [3, 4]], "seconds": [0.5, 0.5], "decode_s": [0.3, 0.3], "drafted": [4, 4],
             "accepted": [3, 1]}
     r = bench_llamacpp.record(servers[1], spec, base, "code", cfg)
-    assert r["engine"] == "llama.cpp" and r["speedup"] == pytest.approx(2.0) and r["alpha"] == pytest.approx(0.5)
+    assert r["engine"] == "llama.cpp" and r["speedup"] == pytest.approx(2.0) and r["accepted_per_proposed"] == pytest.approx(0.5)
     assert r["greedy_identical"] is True and r["tok_s"] == pytest.approx(4.0)
