@@ -83,6 +83,21 @@ def check_eval_config(cfg: DictConfig) -> None:
             raise UsageError(f"transformers_drafts must name standalone drafts listed in drafts, got {wrong}. Fix: "
                              "copy names from drafts=[...] (feature drafts cannot run in transformers' assisted "
                              "generation), or null for every standalone draft.")
+    bad = [e for e in cfg.get("llamacpp", []) if e not in ("plain", "speculative", "ngram")]
+    if bad:
+        raise UsageError(f"llamacpp must list plain, speculative and/or ngram, got {bad}.")
+    if cfg.get("llamacpp"):
+        from eval.llamacpp import llamacpp_dir
+
+        if not (llamacpp_dir(cfg.get("cache_dir")) / "bin" / "llama-server").is_file():
+            raise UsageError("llamacpp=[...] needs llama.cpp. Fix: make setup-llamacpp (a few minutes, once).")
+        if not cfg.get("llamacpp_target") and not str(cfg.target).startswith("embedded:"):
+            raise UsageError("llamacpp=[...] needs the target as GGUF: llamacpp_target=<file.gguf> (an embedded "
+                             "target brings its own).")
+        if cfg.get("policy"):
+            raise UsageError("llamacpp=[...] runs beside every policy, not inside policy=auto. Fix: drop one of them.")
+        if "speculative" in cfg.llamacpp and not [g for g in gammas if g != "auto"]:
+            raise UsageError("llamacpp=[speculative] drafts a fixed gamma: give one, e.g. gamma=[auto,2].")
     tg = cfg.get("transformers_gamma")
     if tg is not None and (not isinstance(tg, int) or tg < 1):
         raise UsageError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")

@@ -1,4 +1,5 @@
-"""llama.cpp as a measured serving engine: llama-server started as a real process, prompts sent over its HTTP API.
+"""llama.cpp as a measured serving engine: llama-server started as a real process, prompts sent over its HTTP API;
+and drafts converted to GGUF for it (`export_gguf`, `gguf_of`).
 
 `make setup-llamacpp` builds the binaries into the cache. A `LlamaServer` starts llama-server on a free local port
 with a target GGUF, and optionally a draft GGUF (`--spec-type draft-simple`, llama.cpp's draft-model speculation);
@@ -19,8 +20,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from data.atomic import temp_file
+from data.checks import UsageError
 
 VERSION = "11434.0.0"  # requirements-llamacpp.txt
 
@@ -133,3 +138,60 @@ class LlamaServer:
         return Completion(tokens=list(reply.get("tokens") or []), prefill_s=t.get("prompt_ms", 0.0) / 1e3,
                           decode_s=t.get("predicted_ms", 0.0) / 1e3, drafted=int(t.get("draft_n", 0) or 0),
                           accepted=int(t.get("draft_n_accepted", 0) or 0))
+
+
+# --- GGUF files for llama.cpp ------------------------------------------------------------------------------------
+
+TYPES = ("f16", "q8_0", "q4_k_m")
+
+
+def export_gguf(folder, out=None, kind: str = "q8_0", cache_dir=None) -> Path:
+    """Convert the Hugging Face folder `folder` to GGUF of `kind` (f16 | q8_0 | q4_k_m); returns the file (default
+    <folder>/draft-<kind>.gguf)."""
+    folder = Path(folder)
+    if kind not in TYPES:
+        raise UsageError(f"type must be one of {', '.join(TYPES)}, got {kind!r}.")
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"{folder} is not a Hugging Face model folder (no config.json). Fix: an export folder; "
+                         "feature drafts (Medusa, EAGLE) have no GGUF form here.")
+    root = llamacpp_dir(cache_dir)
+    converter = root / "convert_hf_to_gguf.py"
+    if not converter.is_file():
+        raise UsageError(f"llama.cpp's converter is not installed ({converter}). Fix: make setup-llamacpp.")
+    out = Path(out) if out else folder / f"draft-{kind}.gguf"
+    fd, tmp = temp_file(out.parent, out.name)
+    os.close(fd)
+    f16 = Path(tmp + ".f16") if kind == "q4_k_m" else Path(tmp)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "gguf-py"), str(root),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    try:
+        _run([sys.executable, str(converter), str(folder), "--outfile", str(f16),
+             "--outtype", "f16" if kind == "q4_k_m" else kind], env)
+        if kind == "q4_k_m":
+            _run([str(llamacpp_bin("llama-quantize", cache_dir)), str(f16), tmp, "Q4_K_M"], env)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
+        os.replace(tmp, out)
+    finally:
+        for leftover in (Path(tmp), f16):
+            leftover.unlink(missing_ok=True)
+    return out
+
+
+def _run(cmd: list[str], env: dict) -> None:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[1] if cmd[0] == sys.executable else cmd[0]).name} failed ({done.returncode}):"
+                           f" {done.stderr[-2000:]}")
+
+
+def gguf_of(ref: str, kind: str = "q8_0", cache_dir=None) -> Path:
+    """A model as a GGUF file for llama.cpp: an embedded model's own file, a .gguf as given, or an export folder
+    converted once (kept as <folder>/draft-<kind>.gguf)."""
+    from decode.models.embedded import embedded_gguf, is_embedded
+
+    if is_embedded(ref):
+        return embedded_gguf(ref, cache_dir)
+    if str(ref).endswith(".gguf"):
+        return Path(ref)
+    existing = Path(ref) / f"draft-{kind}.gguf"
+    return existing if existing.is_file() else export_gguf(ref, None, kind, cache_dir)

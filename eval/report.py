@@ -208,7 +208,8 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
                                  "prompt's prefill included; decode_speedup: prefill taken out of both times (nan "
                                  "for transformers' rows, whose generate() does not split it).\n\n"
                                  + markdown_table(records) + "\n")
-    ours = [r for r in records if not str(r.get("proposer", "")).startswith("transformers")]  # baselines: table only
+    ours = [r for r in records if r.get("engine", "draftsmith") == "draftsmith"  # other engines: table only
+            and not str(r.get("proposer", "")).startswith("transformers")]
     chains = [r for r in ours if r.get("proposer", "draft") == "draft"]  # the per-gamma plots: one draft's chains
     for i, path in enumerate(plots(chains, out) if chains else []):
         files[f"plot{i}"] = path

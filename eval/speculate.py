@@ -22,6 +22,7 @@ if __name__ == "__main__":  # bad input ends here in about a second (one line, e
 
     preflight("speculate", check_speculate)
 
+import contextlib
 import logging
 import math
 import platform
@@ -185,9 +186,64 @@ def make_hf_record(draft: str, proposer: str, domain: str, gamma, temperature: f
                                               "target_tokens": [len(t) for t in base["tokens"]], "spec_tokens": tokens}}
 
 
+def make_engine_record(setting: tuple, domain: str, temperature: float, n_prompts: int, run: dict, base: dict,
+                       level: float) -> dict:
+    """One results.json record for a llama.cpp arm: its speedup (and interval) over llama.cpp plain on the same
+    prompts (`base`; one engine), its tok/s, and the server's accepted / drafted tokens (accepted/proposed; it reports
+    no rejections, so no α)."""
+    name, proposer, gamma = setting
+    tokens, base_tokens = [len(t) for t in run["tokens"]], [len(t) for t in base["tokens"]]
+    drafted, accepted = sum(d or 0 for d in run["drafted"]), sum(a or 0 for a in run["accepted"])
+    return {"engine": "llama.cpp", "speedup_over": "llama.cpp plain", "tok_s": run["tok_s"], "draft": name,
+            "proposer": proposer, "domain": domain, "gamma": gamma or "default", "gamma_setting": gamma or
+            "llama.cpp default", "temperature": temperature, "confidence_threshold": 0.0, "n_prompts": n_prompts,
+            "new_tokens": run["new_tokens"], "alpha": float("nan"), "tau": float("nan"),
+            "accepted_per_proposed": accepted / drafted if drafted else float("nan"), "drafted": drafted,
+            "target_tok_s": base["tok_s"], "spec_tok_s": run["tok_s"], "speedup": run["tok_s"] / base["tok_s"],
+            "speedup_ci": list(bootstrap_speedup_ci(base["prompt_seconds"], run["prompt_seconds"], base_tokens, tokens,
+                                                    level)),
+            "cost_ratio_c": float("nan"), "theoretical_speedup": float("nan"),
+            "hardware_expected_speedup": float("nan"), "decode_speedup": float("nan"),
+            "decode_speedup_ci": [float("nan")] * 2, "ci_level": level,
+            "greedy_identical": run["tokens"] == base["tokens"] if temperature == 0 else None,
+            "per_prompt": {"target_s": base["prompt_seconds"], "spec_s": run["prompt_seconds"],
+                           "target_tokens": base_tokens, "spec_tokens": tokens}}
+
+
+def llamacpp_servers(cfg: DictConfig, stack, out: Path) -> list[tuple]:
+    """(setting, run) for each llama.cpp arm asked for (`llamacpp`), llama.cpp plain first (their baseline): one
+    llama-server each, started now, stopped when `stack` closes. setting = (draft name, proposer, gamma)."""
+    from eval.llamacpp import LlamaServer, gguf_of
+
+    if not cfg.get("llamacpp"):
+        return []
+    target = gguf_of(cfg.llamacpp_target or str(cfg.target), cfg.llamacpp_gguf, cfg.cache_dir)
+    wanted = [(None, "llama.cpp plain", 0, None, None)]
+    gammas = [g for g in ([cfg.gamma] if isinstance(cfg.gamma, (int, str)) else cfg.gamma) if g != "auto"]
+    if "speculative" in cfg.llamacpp:
+        wanted += [(str(d), "llama.cpp draft", int(g), "draft-simple", gguf_of(str(d), cfg.llamacpp_gguf,
+                                                                              cfg.cache_dir))
+                   for d in cfg.drafts if not feature_kind_of(d) for g in gammas]
+    if "ngram" in cfg.llamacpp:
+        wanted.append((None, "llama.cpp ngram", 0, "ngram-simple", None))
+    out.mkdir(parents=True, exist_ok=True)
+    arms = []
+    for k, (name, proposer, gamma, spec_type, draft) in enumerate(wanted):
+        server = stack.enter_context(LlamaServer(target, draft_gguf=draft, draft_max=gamma or 4, spec_type=spec_type,
+                                                 threads=cfg.threads, log=out / f"llama-server-{k}.log",
+                                                 cache_dir=cfg.cache_dir))
+
+        def run(prompt, max_new_tokens, params, eos, generator, server=server):
+            return server.completion(prompt, max_new_tokens, params.temperature if params else 0.0,
+                                     seed=int(generator.initial_seed()))
+        arms.append(((name or proposer, proposer, gamma), run))
+    return arms
+
+
 def is_ours(record: dict) -> bool:
     """Our decoder's records (not a transformers baseline arm)."""
-    return not str(record.get("proposer", "")).startswith("transformers")
+    return record.get("engine", "draftsmith") == "draftsmith" and not str(record.get("proposer", "")).startswith(
+        "transformers")
 
 
 def hf_arms(cfg: DictConfig, target, hf_drafts: dict) -> list[tuple]:
@@ -203,7 +259,8 @@ def hf_arms(cfg: DictConfig, target, hf_drafts: dict) -> list[tuple]:
 
 
 def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, max_gamma: int, eos,
-                conditions: dict, hf_drafts: dict | None = None, only: list | None = None) -> list[dict]:
+                conditions: dict, hf_drafts: dict | None = None, only: list | None = None,
+                engines: list | None = None) -> list[dict]:
     """Every (domain, temperature): target-only decoding and every speculative setting, interleaved prompt by prompt
     on the `split` prompts (eval/timing.py); gamma=auto chooses on the tune prompts first. The cost model is
     measured once per draft (into conditions["costs"]). `only`: run just these arms (records' "arm" values)."""
@@ -257,6 +314,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
                 timing += [Arm(("hf", k), None, 0, run=run) for k, (_, _, run) in enumerate(baselines)]
+                timing += [Arm(("engine", k), None, 0, run=run) for k, (_, run) in enumerate(engines or [])]
                 progress.update(task, description=f"{domain} T={temperature:g}: {len(timing)} settings interleaved")
                 runs = timed_interleaved(target, timing, prompts, cfg.max_new_tokens, params, eos, cfg.seed,
                                          cfg.repeats, on_prompt=lambda r, i: progress.advance(task))
@@ -290,6 +348,13 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     log.info("%s %s T=%s: %.2f tokens per target pass, speedup %.2fx [%.2f, %.2f]%s", proposer,
                              short(name) if name else "", temperature, rec["tau"], rec["speedup"], *rec["speedup_ci"],
                              "" if rec["greedy_identical"] in (None, True) else " (output differs from the target's)")
+                for k, (setting, _) in enumerate(engines or []):  # over llama.cpp plain: k = 0
+                    rec = make_engine_record(setting, domain, float(temperature), len(prompts), runs[("engine", k)],
+                                             runs[("engine", 0)], float(cfg.ci_level))
+                    records.append(rec)
+                    log.info("%s %s T=%s: %.1f tok/s, %.2fx [%.2f, %.2f] over llama.cpp plain%s", rec["proposer"],
+                             short(rec["draft"]), temperature, rec["tok_s"], rec["speedup"], *rec["speedup_ci"],
+                             "" if rec["greedy_identical"] in (None, True) else " (output differs from plain's)")
                 write_partial(records, conditions, Path(cfg.out))  # a crash keeps what was measured
     return records
 
@@ -555,11 +620,18 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     with fast_cpu_linears(models, rows + 1, cfg.cpu_matmul) as plans, \
             compiled_decoding(models, max_len, max_gamma + 1, enabled=cfg.compile):
         conditions["cpu_matmul"] = dict(zip(["target", *drafts], plans))
-        with partial_on_error(Path(cfg.out)):
+        with partial_on_error(Path(cfg.out)), contextlib.ExitStack() as servers:
+            engines = llamacpp_servers(cfg, servers, Path(cfg.out))
+            if engines:
+                from eval.llamacpp import llamacpp_dir
+
+                conditions["llamacpp"] = (llamacpp_dir(cfg.cache_dir) / "BUILD.txt").read_text().strip() if (
+                    llamacpp_dir(cfg.cache_dir) / "BUILD.txt").is_file() else "llama.cpp"
             if cfg.get("policy") == "auto":
                 records = auto_policy(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
             else:
-                records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
+                records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts,
+                                      engines=engines)
     ours = [r for r in records if is_ours(r)]  # the verdicts judge our decoder; transformers' rows are baselines
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in ours), default=0.0), costs["draft_step_s"],

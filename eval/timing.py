@@ -61,7 +61,8 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
     times = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
     lengths = {a.key: [[0] * len(prompts) for _ in range(repeats)] for a in arms}
     prefills = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
-    first = {a.key: {"tokens": [], "steps": [], "prompt_steps": [], "target_passes": []} for a in arms}
+    first = {a.key: {"tokens": [], "steps": [], "prompt_steps": [], "target_passes": [], "drafted": [], "accepted": []}
+             for a in arms}
     for r in range(repeats):
         for i, prompt in enumerate(prompts):
             for arm in rotated(arms, r + i):  # no arm always runs first (or right after a particular other one)
@@ -75,6 +76,8 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
                     first[arm.key]["steps"] += gen.steps
                     first[arm.key]["prompt_steps"].append(len(gen.steps))
                     first[arm.key]["target_passes"].append(getattr(gen, "target_passes", None))
+                    first[arm.key]["drafted"].append(getattr(gen, "drafted", None))  # engines that count them
+                    first[arm.key]["accepted"].append(getattr(gen, "accepted", None))
             if on_prompt is not None:
                 on_prompt(r, i)
     out = {}

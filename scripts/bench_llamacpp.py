@@ -31,24 +31,11 @@ from omegaconf import DictConfig
 
 from data.prompts import encode_prompt, load_prompts
 from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
-from decode.models.embedded import embedded_gguf, is_embedded
 from decode.models.loading import load_tokenizer, resolve
-from eval.llamacpp import LlamaServer, llamacpp_dir
+from eval.llamacpp import LlamaServer, gguf_of, llamacpp_dir
 from eval.preflight import usage_errors
 from eval.provenance import cpu_model, provenance
 from eval.report import grid_progress
-
-
-def gguf_of(ref: str, kind: str, cache_dir) -> Path:
-    """A draft or target as a GGUF file: an embedded model's own, a .gguf as given, an export folder converted."""
-    if is_embedded(ref):
-        return embedded_gguf(ref, cache_dir)
-    if str(ref).endswith(".gguf"):
-        return Path(ref)
-    from train.gguf_export import export_gguf
-
-    existing = Path(ref) / f"draft-{kind}.gguf"
-    return existing if existing.is_file() else export_gguf(ref, None, kind, cache_dir)
 
 
 def settings(cfg: DictConfig) -> list[dict]:

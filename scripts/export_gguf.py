@@ -16,7 +16,7 @@ import hydra
 from omegaconf import DictConfig
 
 from eval.preflight import usage_errors
-from train.gguf_export import export_gguf
+from eval.llamacpp import export_gguf
 
 
 @hydra.main(config_path="../conf", config_name="export_gguf", version_base="1.3")

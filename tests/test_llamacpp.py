@@ -98,3 +98,31 @@ def test_bench_settings_and_records_use_llamacpp_plain_as_the_baseline():
     r = bench_llamacpp.record(servers[1], spec, base, "code", cfg)
     assert r["engine"] == "llama.cpp" and r["speedup"] == pytest.approx(2.0) and r["accepted_per_proposed"] == pytest.approx(0.5)
     assert r["greedy_identical"] is True and r["tok_s"] == pytest.approx(4.0)
+
+
+def test_llamacpp_arms_run_in_speculate_s_interleaved_run_over_llamacpp_plain(fake_llamacpp, tmp_path, tiny_target_dir,
+                                                                             tiny_draft_dir):
+    """eval/speculate.py llamacpp=[plain,speculative,ngram]: one server each beside our arms, each prompt to every arm
+    in turn; llama.cpp rows are over llama.cpp plain and carry their engine; our verdicts ignore them."""
+    import shutil
+
+    from test_eval import eval_cfg
+
+    from eval.speculate import evaluate
+
+    draft = tmp_path / "draft"
+    shutil.copytree(tiny_draft_dir, draft)
+    (draft / "draft-q8_0.gguf").write_bytes(b"GGUF")  # converted before: reused, not converted again
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [draft], "gamma=[2]", "domains=[code]",
+                                "llamacpp=[speculative,ngram]", f"llamacpp_target={tmp_path / 't.gguf'}",
+                                f"cache_dir={fake_llamacpp}"))
+    engines = [r for r in records if r["engine"] == "llama.cpp"]
+    assert [r["proposer"] for r in engines] == ["llama.cpp plain", "llama.cpp draft", "llama.cpp ngram"]
+    assert all(r["speedup_over"] == "llama.cpp plain" and r["greedy_identical"] is True for r in engines)
+    assert engines[1]["gamma"] == 2 and engines[1]["accepted_per_proposed"] == pytest.approx(2 / 3)
+    assert engines[0]["speedup"] == 1.0 and {r["engine"] for r in records} == {"draftsmith", "llama.cpp"}
+    args = json.loads((fake_llamacpp / "args.json").read_text())  # the last server started: n-gram drafting
+    assert args[args.index("--spec-type") + 1] == "ngram-simple"
+    saved = json.loads((tmp_path / "eval" / "results.json").read_text().replace("NaN", "null"))
+    assert saved["conditions"]["llamacpp"] and len(saved["records"]) == len(records)
