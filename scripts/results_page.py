@@ -96,6 +96,9 @@ def row_label(r: dict, labels: dict) -> str:
     """Who drafted: the draft's name, with the proposer kind where it is not the draft model alone (transformers'
     own decoders are named as such)."""
     kind = r.get("proposer", "draft")
+    if r.get("engine") == "llama.cpp":
+        return {"llama.cpp plain": "llama.cpp plain", "llama.cpp ngram": "llama.cpp n-gram drafting"}.get(
+            kind, f"llama.cpp with {draft_label(r['draft'], labels)} as draft")
     if kind == "transformers lookup":
         return "transformers prompt lookup"
     if kind == "transformers plain":
