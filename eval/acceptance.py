@@ -128,7 +128,7 @@ def score(target, drafts: dict, sequences: list[tuple[list[int], list[int]]], te
 
 
 def load_models(cfg: DictConfig):
-    from decode.drafts.feature_export import feature_kind_of
+    from decode.drafts.kinds import feature_kind_of
 
     features = [str(d) for d in cfg.drafts if feature_kind_of(d)]
     if features:

@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from data.checks import UsageError, check_data_file, check_prompt_rows, number_in, read_jsonl, writable_dir
+from decode.drafts.kinds import feature_kind_of
 from eval.preflight import check_same_vocabulary, model_folder
 
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
@@ -18,20 +19,6 @@ ROUTER = "router"  # the record name of the router over prompt lookup and every 
 TREES = ("tree", "dynamic_tree")
 PROPOSERS = ("draft", "heuristic", "predicted", "lookup", "lookup+draft", *TREES, "router")
 DOMAINS = ("general", "medical", "code")
-FEATURE_KINDS = ("medusa", "eagle", "eagle3")
-
-
-def feature_kind_of(folder) -> str | None:
-    """'medusa', 'eagle' or 'eagle3' when `folder` holds a feature draft, else None (decode/drafts/feature_export.py
-    reads the same file)."""
-    path = Path(str(folder)) / "draftsmith.json"
-    if not path.is_file():
-        return None
-    try:
-        kind = json.loads(path.read_text()).get("draft_kind")
-    except json.JSONDecodeError:
-        return None
-    return kind if kind in FEATURE_KINDS else None
 
 
 def thresholds_of(cfg: DictConfig) -> list[float]:

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from data.checks import UsageError
+from decode.drafts.kinds import feature_kind_of
 
 EXIT_USAGE = 2
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -132,12 +133,12 @@ def check_model_folder(folder: Path, what: str) -> None:
     """A Hugging Face folder (config.json and complete weights) or a Draftsmith feature draft (draftsmith.json with
     its draft_kind, and model.safetensors)."""
     info = folder / "draftsmith.json"
-    feature = False
     if info.is_file():
         try:
-            feature = json.loads(info.read_text()).get("draft_kind") in ("medusa", "eagle", "eagle3")
+            json.loads(info.read_text())
         except json.JSONDecodeError:
             raise UsageError(f"{what}: {info} is not valid JSON (an interrupted write?). Fix: export it again.") from None
+    feature = feature_kind_of(folder) is not None
     if not feature and not (folder / "config.json").is_file():
         raise UsageError(f"{what}: {folder} has no config.json: not an exported model folder. Fix: pass the export "
                          "folder train/distill.py printed (<run>/export), or a Hugging Face model folder.")

@@ -40,7 +40,7 @@ from decode.drafts.draft_vocab import restrict_vocab
 from decode.proposers.eagle_tree import EagleTreeProposer
 from decode.proposers.feature_decoding import MedusaTreeProposer, draft_proposer
 from decode.drafts.feature_drafts import is_feature_draft
-from decode.drafts.feature_export import feature_kind_of
+from decode.drafts.kinds import feature_kind_of
 from decode.kernels.fast_linear import fast_cpu_linears
 from decode.drafts.quantize import quantize_draft, weights_label
 from decode.core.replay import best_rule, draft_positions

@@ -37,7 +37,7 @@ from decode.core.costs import cached_pass, decoding_context
 from decode.kernels.timing import seconds_in_turns
 from decode.drafts.draft_vocab import restrict_vocab
 from decode.kernels.fast_linear import fast_cpu_linears
-from decode.drafts.feature_export import feature_kind_of
+from decode.drafts.kinds import feature_kind_of
 from decode.models.loading import load_drafts, load_frozen, load_tokenizer, model_vocab_size, special_token_ids
 from decode.core.metrics import hardware_speedup
 from decode.drafts.quantize import MODES, quantize_draft, weights_label

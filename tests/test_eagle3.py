@@ -12,7 +12,8 @@ from conftest import make_model
 from decode.drafts.eagle3 import Eagle3Draft, default_aux_layers, layer_inputs
 from decode.proposers.eagle_tree import EagleTreeProposer
 from decode.proposers.feature_decoding import EagleProposer, draft_proposer
-from decode.drafts.feature_export import draft_head_state, feature_kind_of, load_feature_draft, write_feature_weights
+from decode.drafts.feature_export import draft_head_state, load_feature_draft, write_feature_weights
+from decode.drafts.kinds import feature_kind_of
 from decode.core.speculative import SamplingParams, generate
 from test_feature_drafts import assert_unroll_is_cached_drafting, trained_like
 

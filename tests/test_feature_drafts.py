@@ -11,7 +11,8 @@ from transformers import DynamicCache
 from conftest import make_model
 from decode.proposers.feature_decoding import EagleProposer, FeatureRows, MedusaProposer, MedusaTreeProposer, draft_proposer
 from decode.drafts.feature_drafts import EagleDraft, MedusaHeads, additive, final_hidden, unroll_allowed
-from decode.drafts.feature_export import feature_kind_of, load_feature_draft, write_feature_weights
+from decode.drafts.feature_export import load_feature_draft, write_feature_weights
+from decode.drafts.kinds import feature_kind_of
 from decode.core.speculative import SamplingParams, generate
 from train.feature_loss import eagle_pairs, eagle_unroll, medusa_pairs
 

@@ -5,7 +5,6 @@ binary is exercised by `scripts/bench_llamacpp.py` (docs/serving.md)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from pathlib import Path

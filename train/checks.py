@@ -12,7 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from data.checks import UsageError, check_data_file, number_in, writable_dir
-from eval.checks import DOMAINS, FEATURE_KINDS, check_checkpoint_file, check_source
+from decode.drafts.kinds import FEATURE_KINDS
+from eval.checks import DOMAINS, check_checkpoint_file, check_source
 from eval.preflight import check_same_vocabulary, model_folder
 from train.scaling import is_fsdp
 from train.stores import generated_stores

@@ -33,7 +33,8 @@ from eval.preflight import usage_errors
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from data.token_ranking import rank_labels, rank_source
-from decode.drafts.feature_drafts import FEATURE_KINDS, is_feature_draft
+from decode.drafts.feature_drafts import is_feature_draft
+from decode.drafts.kinds import FEATURE_KINDS
 from decode.models.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.kernels.runtime import peak_rss_gb, setup_cpu
 from eval.provenance import provenance

@@ -15,7 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from decode.drafts.eagle3 import Eagle3Draft
-from decode.drafts.feature_drafts import FEATURE_KINDS, EagleDraft, MedusaHeads
+from decode.drafts.feature_drafts import EagleDraft, MedusaHeads
+from decode.drafts.kinds import FEATURE_KINDS
 from decode.models.loading import DTYPES, load_causal_lm
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")

@@ -15,7 +15,8 @@ import torch
 from data.atomic import temp_dir
 from data.checks import UsageError
 from data.token_ranking import write_ranking
-from decode.drafts.feature_drafts import FEATURE_KINDS, is_feature_draft
+from decode.drafts.feature_drafts import is_feature_draft
+from decode.drafts.kinds import FEATURE_KINDS
 from decode.drafts.feature_export import feature_draft_from_config
 from decode.drafts.feature_export import write_feature_weights
 from eval.card import write_card

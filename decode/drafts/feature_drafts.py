@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-FEATURE_KINDS = ("medusa", "eagle", "eagle3")
-EAGLE_KINDS = ("eagle", "eagle3")  # autoregressive over their own outputs: one proposer, one tree proposer
+from decode.drafts.kinds import FEATURE_KINDS
+
 
 
 def is_feature_draft(model) -> bool:

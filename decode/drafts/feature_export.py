@@ -30,7 +30,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from decode.drafts.eagle3 import Eagle3Draft
-from decode.drafts.feature_drafts import EAGLE_KINDS, FEATURE_KINDS, EagleDraft, FeatureDraft, MedusaHeads
+from decode.drafts.feature_drafts import EagleDraft, FeatureDraft, MedusaHeads
+from decode.drafts.kinds import EAGLE_KINDS, FEATURE_KINDS
 
 _MEDUSA_OURS = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.linear\.")  # ours: ResBlock.linear; vLLM's: the Linear
 DRAFT_HEAD_KEYS = ("lm_head.weight", "d2t", "t2d")  # eagle3: derived from the target's head and the kept ids
@@ -139,15 +140,6 @@ def write_feature_weights(draft, folder, target_name: str, target_architectures=
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = serving_config(draft, target_name, list(target_architectures), gamma, vocab_size)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
-
-
-def feature_kind_of(folder) -> str | None:
-    """'eagle' or 'medusa' when `folder` holds a feature draft, else None."""
-    path = Path(str(folder)) / "draftsmith.json"
-    if not path.is_file():
-        return None
-    kind = json.loads(path.read_text()).get("draft_kind")
-    return kind if kind in FEATURE_KINDS else None
 
 
 def load_feature_draft(folder, target, dtype: torch.dtype | None = None):

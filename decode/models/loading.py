@@ -128,7 +128,8 @@ def load_drafts(paths, tokenizer, target, target_name: str, *, dtype: str = "flo
                 cache_dir: str | Path | None = None, device: str | None = None) -> dict:
     """{path: frozen draft} for exported draft folders (or Hub ids), each checked against the target's
     vocabulary as soon as it loads, before any decoding."""
-    from decode.drafts.feature_export import feature_kind_of, load_feature_draft
+    from decode.drafts.feature_export import load_feature_draft
+    from decode.drafts.kinds import feature_kind_of
 
     drafts = {}
     for path in paths:

@@ -24,7 +24,8 @@ from decode.core.sampling import sample
 from decode.core.speculative import ChainVerifier, DraftModelProposer, draft_confidence
 from decode.core.trees import GREEDY_ONLY, TreeDraft, full_mask, tree_positions
 from decode.drafts.eagle3 import layer_inputs
-from decode.drafts.feature_drafts import EAGLE_KINDS, crop_cache, is_feature_draft
+from decode.drafts.feature_drafts import crop_cache, is_feature_draft
+from decode.drafts.kinds import EAGLE_KINDS
 from decode.proposers.tree import TreeVerifier, choose_children, tree_levels
 
 
