@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.atomic import temp_dir
+from data.checks import UsageError
 from data.packing import encode, pack
 from data.sources import content_stamp, describe, iter_source
 
@@ -65,8 +66,9 @@ def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens
     packed["val"] = {k: v[:n_val] for k, v in packed["val"].items()}
     for split, blocks in packed.items():
         if not blocks["input_ids"]:
-            raise ValueError(f"The {split} split holds no full block of {block_size} tokens. Fix: lower data.block_size "
-                             f"or raise data.{'val_tokens' if split == 'val' else 'max_train_tokens'}.")
+            raise UsageError(f"The {split} split holds no full block of {block_size} tokens. Fix: more text (e.g. "
+                             f"data.generate.n_prompts, or more files), a lower data.block_size, or a higher "
+                             f"data.{'val_tokens' if split == 'val' else 'max_train_tokens'}.")
     return packed, stats
 
 
