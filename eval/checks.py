@@ -54,6 +54,10 @@ def check_eval_config(cfg: DictConfig) -> None:
         raise UsageError(f"top_p must be in (0, 1], got {cfg.top_p}.")
     if not cfg.drafts:
         raise UsageError("drafts=[...] must list at least one exported draft folder (or Hub id).")
+    ref = cfg.get("reference_draft")
+    if ref is not None and ref not in list(cfg.drafts):
+        raise UsageError(f"reference_draft={ref} is not one of drafts: name one of {list(cfg.drafts)}, e.g. the "
+                         "off-the-shelf draft, or add it to drafts.")
     unknown = [p for p in cfg.proposers if p not in PROPOSERS]
     if unknown or not cfg.proposers:
         raise UsageError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
@@ -88,10 +92,22 @@ def check_eval_config(cfg: DictConfig) -> None:
     tg = cfg.get("transformers_gamma")
     if tg is not None and (not isinstance(tg, int) or tg < 1):
         raise UsageError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
+    sizes = cfg.get("batch_size") or [1]
+    if not all(isinstance(b, int) and b >= 1 for b in sizes):
+        raise UsageError(f"batch_size must be a list of integers >= 1, got {list(sizes)}.")
+    if any(b > 1 for b in sizes):
+        extras = [k for k in ("transformers", "llamacpp") if cfg.get(k)] + (["policy"] if cfg.get("policy") else [])
+        if list(cfg.proposers) != ["draft"] or "auto" in gammas or extras or cfg.compile or cfg.get("auto_off"):
+            raise UsageError("batch_size above 1 measures draft chains at fixed gammas only: proposers=[draft], "
+                             "gamma=[1,2,...] (no auto), no transformers/llamacpp/policy/auto_off, compile=false.")
+        if any(thresholds):
+            raise UsageError("batch_size above 1 drafts a fixed gamma: confidence_threshold=[0].")
+        if any(feature_kind_of(d) for d in cfg.drafts):
+            raise UsageError("batch_size above 1 runs standalone drafts only (a feature draft decodes at batch 1).")
+        if cfg.n_prompts < max(sizes):
+            raise UsageError(f"batch_size={max(sizes)} needs at least that many prompts: n_prompts >= {max(sizes)} "
+                             f"(got {cfg.n_prompts}; two groups or more give an interval).")
     if any(k in TREES for k in cfg.proposers):
-        if any(t > 0 for t in cfg.temperature):
-            raise UsageError("proposers tree and dynamic_tree verify greedily only (lossless sampling over trees is not "
-                             "built): run them with temperature=[0], and sampled temperatures in a separate run.")
         if cfg.compile:
             raise UsageError("token trees decode with dynamic KV caches: compile=false with proposers tree or "
                              "dynamic_tree.")

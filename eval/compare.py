@@ -61,9 +61,27 @@ def load_run(path: Path) -> dict:
     return {"name": name, "path": str(path), "summary": summary, "curves": curves}
 
 
+def reference_rows(runs: list[dict]) -> list[list]:
+    """One row per off-the-shelf draft and domain that runs started from (a pretrained draft, whole): its metrics
+    before training (each run validates its draft first), the reference a trained draft has to beat."""
+    table, seen = [], set()
+    for r in runs:
+        s, setup = r["summary"], r["summary"].get("setup", {})
+        key = (setup.get("draft_from"), setup.get("domain"))
+        if setup.get("draft") != "pretrained" or not s.get("before") or key in seen:
+            continue
+        seen.add(key)
+        name = setup.get("draft_from") or "pretrained draft"
+        table.append([f"{name} off the shelf (reference)", setup.get("domain", "?"), "–",
+                      f"pretrained {setup.get('draft_layers', '?')}L", 0, None]
+                     + [s["before"].get(m, float("nan")) for m in METRICS])
+    return table
+
+
 def rows(runs: list[dict]) -> tuple[list[str], list[list]]:
+    """The table: the off-the-shelf references first (reference_rows), then every run's final metrics."""
     columns = ["run", "domain", "loss", "draft", "steps", "train s"] + [f"{m} (final)" for m in METRICS]
-    table = []
+    table = reference_rows(runs)
     for r in runs:
         s, setup = r["summary"], r["summary"].get("setup", {})
         draft = f"{setup.get('draft', '?')} {setup.get('draft_layers', '?')}L" + (" +LoRA" if setup.get("lora") else "")
@@ -107,12 +125,14 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(runs)), 4))
-    names = [r["name"] for r in runs]
+    refs = reference_rows(runs)  # the off-the-shelf drafts first, as in the table
+    names = [row[0] for row in refs] + [r["name"] for r in runs]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names)), 4))
     for i, key in enumerate(("val/expected_accept", "val/top1_agree", "test/alpha")):
-        values = [r["summary"].get("after", {}).get(key, float("nan")) for r in runs]
-        ax.bar([x + 0.27 * (i - 1) for x in range(len(runs))], values, width=0.27, label=key)
-    ax.set_xticks(range(len(runs)), names, rotation=30, ha="right", fontsize=7)
+        col = 6 + METRICS.index(key)
+        values = [row[col] for row in refs] + [r["summary"].get("after", {}).get(key, float("nan")) for r in runs]
+        ax.bar([x + 0.27 * (i - 1) for x in range(len(names))], values, width=0.27, label=key)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
     ax.set_title("final metrics")
     ax.legend(fontsize=8)
     fig.tight_layout()

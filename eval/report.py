@@ -198,6 +198,16 @@ def partial_on_error(out: Path):
         raise
 
 
+def reference_section(records: list[dict]) -> str:
+    """results.md's "what training buys" table when the run named a reference draft (eval/reference.py)."""
+    from eval.reference import reference_table
+
+    table = reference_table(records)
+    return ("\n## Against the reference draft\n\nEach draft's speed divided by the reference draft's, prompt by prompt "
+            "paired (both took turns with the same target-only decoding), with its 95% interval: above 1, training "
+            "paid.\n\n" + table + "\n") if table else ""
+
+
 def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "results.json", "markdown": out / "results.md"}
@@ -207,7 +217,7 @@ def write_report(records: list[dict], conditions: dict, out: Path) -> dict[str, 
                                  "tau counts the bonus/correction token (+1 included). speedup: wall time, each "
                                  "prompt's prefill included; decode_speedup: prefill taken out of both times (nan "
                                  "for transformers' rows, whose generate() does not split it).\n\n"
-                                 + markdown_table(records) + "\n")
+                                 + markdown_table(records) + "\n" + reference_section(records))
     ours = [r for r in records if r.get("engine", "draftsmith") == "draftsmith"  # other engines: table only
             and not str(r.get("proposer", "")).startswith("transformers")]
     chains = [r for r in ours if r.get("proposer", "draft") == "draft"]  # the per-gamma plots: one draft's chains

@@ -61,6 +61,7 @@ from decode.core.speculative import DraftModelProposer, NoProposer, SamplingPara
 from decode.core.stats import bootstrap_speedup_ci, ratio_alpha_ci, ratio_of_sums_speedup
 from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, PLAIN as HF_PLAIN, hf_assisted, hf_lookup, hf_plain
 from eval.provenance import provenance
+from eval.reference import add_reference, reference_table
 from eval.timing import Arm, timed_interleaved
 from decode.kernels.runtime import setup_cpu
 from data.prompts import encode_prompt, load_prompts
@@ -565,6 +566,10 @@ def draft_vocab_ranking(source, tokenizer, vocab_size: int) -> list[int] | None:
     return ranked
 
 
+def batched(cfg: DictConfig) -> bool:
+    return any(int(b) != 1 for b in cfg.get("batch_size") or [1])
+
+
 def evaluate(cfg: DictConfig) -> list[dict]:
     check_eval_config(cfg)
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
@@ -601,6 +606,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
     if "predicted" in cfg.proposers:
         max_gamma = max(max_gamma, int(cfg.max_auto_gamma))
     rows = max(max_gamma, tree_rows(cfg))  # the most tokens beyond the pending one in a target pass (trees: nodes)
+    if batched(cfg):  # a batched pass feeds every sequence's tokens
+        rows = max(int(b) for b in cfg.batch_size) * (max(asked) + 1) - 1
     conditions = {"target": str(cfg.target), "threads": torch.get_num_threads(), "device": str(target.device),
                   "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
                   "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
@@ -627,11 +634,20 @@ def evaluate(cfg: DictConfig) -> list[dict]:
 
                 conditions["llamacpp"] = (llamacpp_dir(cfg.cache_dir) / "BUILD.txt").read_text().strip() if (
                     llamacpp_dir(cfg.cache_dir) / "BUILD.txt").is_file() else "llama.cpp"
+            if batched(cfg):  # batch_size above 1: its own grid, table and plot (eval/batches.py)
+                from eval.batches import measure_batches, batch_table, write_batch_report
+
+                records = measure_batches(cfg, tokenizer, target, drafts, gammas, eos, conditions)
+                files = write_batch_report(records, conditions, Path(cfg.out))
+                print(batch_table(records) + f"\nwrote {', '.join(str(p) for p in files.values())}")
+                return records
             if cfg.get("policy") == "auto":
                 records = auto_policy(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)
             else:
                 records = measure_all(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts,
                                       engines=engines)
+    if cfg.get("reference_draft"):  # each draft against the one its user already has (eval/reference.py)
+        add_reference(records, cfg.reference_draft, cfg.ci_level)
     ours = [r for r in records if is_ours(r)]  # the verdicts judge our decoder; transformers' rows are baselines
     costs = next(iter(conditions["costs"].values()))  # the verdict uses the first draft's costs
     best = best_gamma(max((r["alpha"] for r in ours), default=0.0), costs["draft_step_s"],
@@ -682,6 +698,8 @@ def evaluate(cfg: DictConfig) -> list[dict]:
         print("Per domain, best measured: " + "; ".join(
             f"{d} {r['speedup']:.2f}x [{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] (gamma={r['gamma']}, "
             f"T={r['temperature']:g}, {VERDICTS[verdict(r)]})" for d, r in by_domain.items()) + ".")
+    if cfg.get("reference_draft"):
+        print("\nAgainst the reference draft (speed ratio, prompts paired):\n" + reference_table(records))
     print(f"wrote {', '.join(str(p) for p in files.values())}")
     return records
 

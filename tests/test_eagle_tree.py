@@ -76,9 +76,3 @@ def test_greedy_output_is_the_targets_own_and_the_paths_features_are_kept(target
     assert len(kept) == proposer.verifier.length and torch.allclose(kept, recomputed[: len(kept)], atol=1e-5)
     assert proposer.length <= len(prompt) + len(out.tokens) - 1  # only true slots in the draft's cache
 
-
-def test_an_eagle_tree_refuses_sampling(target):
-    draft = trained_like(EagleDraft.from_target(target))
-    with pytest.raises(ValueError, match="greedily only"):
-        generate(target, EagleTreeProposer(draft, depth=2, width=2, top_k=2), [5, 9, 11], 2, 8,
-                 SamplingParams(1.0), generator=torch.Generator().manual_seed(0))

@@ -253,6 +253,25 @@ def test_compare_runs_from_local_folders(tmp_path):
         compare([str(tmp_path)], tmp_path / "out2")
 
 
+def test_compare_shows_the_off_the_shelf_draft_as_the_reference(tmp_path):
+    from eval.compare import compare
+
+    for i, domain in enumerate(["medical", "medical", "code"]):
+        run = tmp_path / "runs" / f"r{i}"
+        run.mkdir(parents=True)
+        before = {"val/expected_accept": 0.6 + i / 100, "val/top1_agree": 0.5}
+        (run / "summary.json").write_text(json.dumps({
+            "run_name": f"lora-{i}", "steps": 10, "seconds": 2.0, "before": before,
+            "after": {"val/expected_accept": 0.7, "val/top1_agree": 0.6},
+            "setup": {"domain": domain, "loss": "forward_kl", "draft": "pretrained", "draft_layers": 24, "lora": True,
+                      "draft_from": "embedded:qwen2.5-coder-0.5b-instruct"}}))
+    rows = json.loads(compare([str(tmp_path / "runs" / "*")], tmp_path / "out")["json"].read_text())["rows"]
+    refs = [r for r in rows if "(reference)" in r[0]]
+    assert [r[1] for r in refs] == ["medical", "code"] and rows[:2] == refs  # one per domain, listed first
+    assert refs[0][0].startswith("embedded:qwen2.5-coder-0.5b-instruct off the shelf") and refs[0][6] == 0.6
+    assert len(rows) == 5
+
+
 def test_card_snippets_use_the_best_measured_gamma():
     from eval.card import render
 
@@ -384,7 +403,6 @@ def test_choose_policy_takes_the_best_geometric_mean_over_cells():
                                          ("policy=auto policy_test=some", "policy_test must be"),
                                          ("policy_test=all", "add policy=auto"),
                                          ("lookup.min_n=0", "min_n <= max_n"),
-                                         ("proposers=[tree] temperature=[0,1.0]", "greedily only"),
                                          ("proposers=[dynamic_tree] compile=true", "dynamic KV caches"),
                                          ("proposers=[router] router.memory=0", "router needs"),
                                          ("proposers=[lookup]", "gamma=auto")])

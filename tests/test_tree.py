@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import make_model
-from decode.core.speculative import SamplingParams, generate
+from decode.core.speculative import generate
 from transformers import DynamicCache
 
-from decode.core.trees import (GREEDY_ONLY, TreeDraft, depths, greedy_tree_accept, path_to, static_tree, tree_mask,
+from decode.core.trees import (TreeDraft, depths, greedy_tree_accept, path_to, static_tree, tree_mask,
                                tree_positions)
 from decode.proposers.tree import TreeProposer, TreeVerifier, choose_children, compact_cache
 
@@ -147,11 +147,8 @@ def test_a_draft_equal_to_the_target_accepts_the_whole_depth():
     assert all(s.accepted == s.drafted for s in gen.steps)
 
 
-def test_trees_refuse_to_sample():
-    target, draft = make_model(64, layers=2, seed=11, init=0.3), make_model(64, layers=1, seed=12, init=0.3)
-    with pytest.raises(ValueError, match="greedily only"):
-        generate(target, TreeProposer(draft, branching=[2]), [5, 9], 1, 4, SamplingParams(1.0))
-    assert "temperature=0" in GREEDY_ONLY
+def test_a_dynamic_tree_needs_its_sizes():
+    draft = make_model(64, layers=1, seed=12, init=0.3)
     with pytest.raises(ValueError, match="dynamic tree"):
         TreeProposer(draft, depth=3, width=0)
 

@@ -342,7 +342,7 @@ def train(cfg: DictConfig) -> dict:
                "threads": torch.get_num_threads(), "device": str(module.device), "run_name": run_name,
                "peak_rss_gb": round(peak_rss_gb(), 2), "teacher_cache_s": cache_seconds if teacher_cache else None,
                "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
-                         "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
+                         "draft_from": str(cfg.model.draft.get("name_or_path") or ""), "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
                          "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
     if not trainer.is_global_zero:  # DDP/FSDP: one process exports and writes the summary
         return summary

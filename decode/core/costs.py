@@ -83,3 +83,20 @@ def step_timer(draft, context_len: int):
             draft.logits(out[0, -1])
             crop_cache(cache, n)
     return eagle_step
+
+
+def measure_batch_costs(target, draft, context: list[int], batch: int, max_k: int, repeats: int = 5) -> dict:
+    """`measure_costs` at a batch of `batch` sequences (decode/core/batched.py): a k-token pass of the target for every
+    sequence at once, k = 1..max_k, and one draft step for every sequence at once. Speculation's expected speedup at
+    that batch is metrics.hardware_speedup over these: each sequence accepts on its own, so tokens per step are batch
+    1's, while a wider pass costs more the more compute-bound it is."""
+    from decode.core.batched import batch_pass
+
+    target_pass = batch_pass(target, context, batch)
+    passes = median_seconds_each([lambda k=k: target_pass(k) for k in range(1, max_k + 1)], repeats)
+    out = {"batch": batch, "context_tokens": len(context), "repeats": repeats, "target_pass_s": passes}
+    if draft is not None:
+        out["draft_step_s"] = median_seconds(batch_pass(draft, context, batch, keep=1), repeats,
+                                             between=lambda: target_pass(min(2, max_k)))
+        out["cost_ratio_c"] = out["draft_step_s"] / passes[0]
+    return out

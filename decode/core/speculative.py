@@ -1,8 +1,9 @@
 """Speculative decoding, batch size 1: a proposer drafts gamma tokens, the target verifies them in one
 forward pass, `accept_reject` keeps a prefix, and both KV caches roll back to the last kept token.
 
-A proposer may instead return a token tree (decode/proposers/tree.py `TreeDraft`, greedy only); it then names its verifier
-(`make_verifier`), which scores every node in one pass, and the loop keeps the longest accepted branch.
+A proposer may instead return a token tree (decode/core/trees.py `TreeDraft`); it then names its verifier
+(`make_verifier`), which scores every node in one pass, and the loop keeps the branch that `judge_tree` accepts
+(greedily, or by multi-round rejection over siblings when sampling: lossless either way).
 
 Target-only decoding runs through the same loop with a proposer that drafts nothing, so speedups compare
 like with like. Every step is logged (drafted, accepted, timings, target entropy at judged positions).
@@ -224,7 +225,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         t2 = time.perf_counter()
         logits = verifier.score(tokens, drafted)
         if isinstance(drafted, TreeDraft):
-            accepted, nxt = judge_tree(drafted, logits, params.temperature)
+            accepted, nxt = judge_tree(drafted, logits, params, generator)
             g, n, size = drafted.depth, len(accepted), drafted.size
         else:
             g = size = len(drafted)

@@ -17,8 +17,15 @@ Tree shapes: static (k children per node at each depth, as Medusa's and SpecInfe
 style: each depth keeps the `width` children with the highest path probability under the draft, wherever they
 are, so a sure branch grows deep and an unsure one wide).
 
-Greedy only: a tree is verified by following the target's argmax (`greedy_tree_accept`). Lossless sampling over
-several candidates (SpecInfer's multi-round rejection) is not built; asked to sample, the tree proposer refuses.
+Greedy: a tree is verified by following the target's argmax (`greedy_tree_accept`). Sampling (T > 0): multi-round
+rejection over siblings (SpecInfer's rule, `sampled_tree_accept`): at a node, with r the target's law after its
+path, each child in turn is accepted with probability min(1, r(x)/q(x)) (q: the law the child's token was drawn
+from; a token chosen deterministically, as the tree proposers here choose the draft's top ones, is a point mass:
+accepted with probability r(x)); on a rejection r becomes norm(max(0, r - q)) and the next sibling is tried; the
+accepted child's own children are judged the same way against the target's law after it; when no child is accepted
+the next token is drawn from what is left of r. Every emitted token follows the target's law exactly, whatever tree
+the draft built, as long as the tree is fixed before the target's random draws (tests/test_tree_sampling.py: the
+exact law of the rule, and Monte Carlo through every tree proposer).
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from decode.core.sampling import sample
 
 
 def check_parents(parents: list[int]) -> None:
@@ -84,9 +93,7 @@ def greedy_tree_accept(tokens: list[int], parents: list[int], target_next: list[
     target's choice while one exists. Returns the accepted nodes (root excluded) in path order and the target's next
     token after them (the bonus or correction token)."""
     check_parents(parents)
-    children: dict[int, list[int]] = {}
-    for i in range(1, len(parents)):
-        children.setdefault(parents[i], []).append(i)
+    children = children_of(parents)
     node, path = 0, []
     while True:
         nxt = next((c for c in children.get(node, []) if tokens[c] == target_next[node]), None)
@@ -94,6 +101,61 @@ def greedy_tree_accept(tokens: list[int], parents: list[int], target_next: list[
             return path, target_next[node]
         path.append(nxt)
         node = nxt
+
+
+def children_of(parents: list[int]) -> dict[int, list[int]]:
+    """Each node's children, in node order."""
+    out: dict[int, list[int]] = {}
+    for i in range(1, len(parents)):
+        out.setdefault(parents[i], []).append(i)
+    return out
+
+
+def residual(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, r - q)): what is left of the law r after a candidate drawn from q was rejected. When nothing is
+    left (r <= q everywhere up to rounding, so the rejection had probability ~0) r itself."""
+    left = (r - q).clamp_min(0)
+    total = left.sum()
+    return left / total if total > 0 else r
+
+
+def judge_siblings(r: torch.Tensor, tokens: list[int], qs: list[torch.Tensor | None],
+                   u: torch.Tensor) -> tuple[int | None, torch.Tensor]:
+    """One node of multi-round rejection: candidates `tokens` (its children's tokens, in order), each drawn from
+    qs[i] (None: chosen deterministically, a point mass), against the target's law r; u[i] ~ U[0, 1) per candidate.
+    Returns (index of the accepted candidate or None, the residual law the next token is drawn from when none is).
+    Pure: the law of the outcome is exactly r (tests/test_tree_sampling.py computes it)."""
+    for i, (x, q) in enumerate(zip(tokens, qs)):
+        qx = 1.0 if q is None else float(q[x])
+        if qx > 0 and float(u[i]) * qx < float(r[x]):  # accept with probability min(1, r(x) / q(x))
+            return i, r
+        if q is None:
+            q = torch.zeros_like(r)
+            q[x] = 1.0
+        r = residual(r, q)
+    return None, r
+
+
+def sampled_tree_accept(tokens: list[int], parents: list[int], target_probs: torch.Tensor,
+                        generator: torch.Generator | None = None,
+                        child_probs: dict[int, torch.Tensor] | None = None) -> tuple[list[int], int]:
+    """Lossless sampled verification of a tree: from the root, multi-round rejection over each node's children
+    (`judge_siblings`) against target_probs[node] (the target's law after the node's path, (n+1, V)); descend into the
+    accepted child, stop where none is. `child_probs[i]`: the law node i's token was drawn from (absent: chosen
+    deterministically). Returns the accepted nodes in path order and the next token (drawn from the last node's
+    residual law: the correction, or the bonus token past a leaf)."""
+    check_parents(parents)
+    children, child_probs = children_of(parents), child_probs or {}
+    node, path = 0, []
+    while True:
+        kids = children.get(node, [])
+        u = torch.rand(len(kids), generator=generator, dtype=torch.float64, device=target_probs.device)
+        pick, left = judge_siblings(target_probs[node], [tokens[c] for c in kids],
+                                    [child_probs.get(c) for c in kids], u)
+        if pick is None:
+            return path, int(sample(left, generator))
+        node = kids[pick]
+        path.append(node)
 
 
 def static_tree(branching: list[int]) -> list[int]:
@@ -110,10 +172,6 @@ def static_tree(branching: list[int]) -> list[int]:
                 nxt.append(len(parents) - 1)
         frontier = nxt
     return parents
-
-
-GREEDY_ONLY = ("token trees verify greedily only (lossless sampling over trees is not built): use temperature=0, or "
-               "a chain proposer (draft, heuristic, lookup, lookup+draft, router) to sample.")
 
 
 @dataclass
@@ -135,11 +193,14 @@ class TreeDraft:
         return len(self.parents) - 1
 
 
-def judge_tree(tree: TreeDraft, logits: torch.Tensor, temperature: float) -> tuple[list[int], int]:
-    """Greedy verification of a scored tree: the accepted tokens (in path order) and the target's next token. Records
-    the accepted path in `tree.path`."""
-    if temperature > 0:
-        raise ValueError(GREEDY_ONLY)
-    path, nxt = greedy_tree_accept(tree.tokens, tree.parents, logits.argmax(-1).tolist())
+def judge_tree(tree: TreeDraft, logits: torch.Tensor, params, generator: torch.Generator | None = None
+               ) -> tuple[list[int], int]:
+    """Verify a scored tree: greedily at temperature 0, else by multi-round rejection over the target's law under
+    `params` (a SamplingParams: temperature, top-k, top-p). Returns the accepted tokens (in path order) and the
+    target's next token; records the accepted path in `tree.path`."""
+    if params.temperature == 0:
+        path, nxt = greedy_tree_accept(tree.tokens, tree.parents, logits.argmax(-1).tolist())
+    else:
+        path, nxt = sampled_tree_accept(tree.tokens, tree.parents, params.probs(logits), generator)
     tree.path = path
     return [tree.tokens[i] for i in path], nxt

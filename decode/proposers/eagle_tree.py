@@ -8,7 +8,7 @@ slots a chain along the node's path would have fed (`slot_mask`). Static trees k
 node at depth d; dynamic trees keep, per depth, the `width` paths with the highest product of draft probabilities
 among each frontier node's `top_k` children (decode/proposers/tree.py's `choose_children`). The deepest level is never fed.
 After the step the guessed slots leave the draft's cache; the verifier keeps the features of the accepted path, which
-the next step's catch-up reads. Greedy only, like every token tree here.
+the next step's catch-up reads. Greedy or sampled, like every token tree here (decode/core/trees.py `judge_tree`).
 
     proposer = EagleTreeProposer(eagle_draft, depth=4, width=3, top_k=3)
     generate(target, proposer, prompt, gamma=4, max_new_tokens=64)   # gamma caps the depth
@@ -21,7 +21,7 @@ import torch
 from decode.drafts.feature_drafts import crop_cache
 from decode.proposers.feature_decoding import EagleProposer, FeatureTreeShape
 from decode.drafts.feature_drafts import additive
-from decode.core.trees import GREEDY_ONLY, TreeDraft, depths, tree_mask
+from decode.core.trees import TreeDraft, depths, tree_mask
 from decode.proposers.tree import choose_children
 
 
@@ -44,8 +44,6 @@ class EagleTreeProposer(FeatureTreeShape, EagleProposer):
 
     @torch.inference_mode()
     def propose(self, tokens, gamma, params, generator):
-        if params.temperature > 0:
-            raise ValueError(GREEDY_ONLY)
         levels = self.levels[:gamma]
         predicted = self._catch_up(tokens) if levels else None
         if predicted is None:

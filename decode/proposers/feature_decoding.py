@@ -22,7 +22,7 @@ from transformers import DynamicCache
 
 from decode.core.sampling import sample
 from decode.core.speculative import ChainVerifier, DraftModelProposer, draft_confidence
-from decode.core.trees import GREEDY_ONLY, TreeDraft, full_mask, tree_positions
+from decode.core.trees import TreeDraft, full_mask, tree_positions
 from decode.drafts.eagle3 import layer_inputs
 from decode.drafts.feature_drafts import crop_cache, is_feature_draft
 from decode.drafts.kinds import EAGLE_KINDS
@@ -276,7 +276,7 @@ class MedusaTreeProposer(FeatureTreeShape, _FeatureProposer):
     """Medusa heads as a token tree: depth k holds head k's candidates for the token k after the pending one, under
     every node of depth k-1 (the heads read one feature, so the candidates are the same under each parent). Static:
     `branching` (head k's top branching[k-1] under every node, as Medusa's trees); dynamic: `depth` levels of the
-    `width` paths with the highest product of head probabilities among each node's `top_k` children. Greedy only."""
+    `width` paths with the highest product of head probabilities among each node's `top_k` children."""
 
     def __init__(self, draft, branching: list[int] | None = None, depth: int | None = None, width: int | None = None,
                  top_k: int = 4):
@@ -289,8 +289,6 @@ class MedusaTreeProposer(FeatureTreeShape, _FeatureProposer):
 
     @torch.inference_mode()
     def propose(self, tokens, gamma, params, generator):
-        if params.temperature > 0:
-            raise ValueError(GREEDY_ONLY)
         levels, features = self.levels[:gamma], self._features()
         if not levels or len(features) < len(tokens) - 1 or len(tokens) < 2:
             return [], torch.empty(0)

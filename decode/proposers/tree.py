@@ -5,7 +5,8 @@ as Medusa's and SpecInfer's trees) or dynamic (EAGLE-2 style: each depth keeps t
 highest path probability under the draft, so a sure branch grows deep and an unsure one wide). `TreeVerifier`:
 the target scores every node in one masked pass and its KV cache is compacted to the accepted path
 (`compact_cache`), as if only that path had been fed. Both plug into the main loop of decode/core/speculative.py:
-a proposer that returns a `TreeDraft` brings its own verifier. Greedy only (decode/core/trees.py GREEDY_ONLY).
+a proposer that returns a `TreeDraft` brings its own verifier. Greedy or sampled: the tree is the draft's top tokens
+either way, and the loop judges it (decode/core/trees.py `judge_tree`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decode.core.trees import GREEDY_ONLY, TreeDraft, full_mask, static_tree, tree_positions
+from decode.core.trees import TreeDraft, full_mask, static_tree, tree_positions
 
 
 def compact_cache(cache: DynamicCache, prefix: int, moved: list[int]) -> None:
@@ -155,8 +156,6 @@ class TreeProposer:
 
     @torch.inference_mode()
     def propose(self, tokens, gamma, params, generator):
-        if params.temperature > 0:
-            raise ValueError(GREEDY_ONLY)
         levels = self.levels[:gamma]
         if not levels:
             return [], torch.empty(0)
