@@ -11,6 +11,7 @@ size, with an interval across groups; the cost model, timed at each batch size (
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
@@ -157,7 +158,7 @@ def pays_until(records: list[dict]) -> dict:
     return out
 
 
-def batch_plot(records: list[dict], out) -> "Path":
+def batch_plot(records: list[dict], out: Path) -> Path:
     """Speedup against batch size per draft, gamma and temperature: measured (with its interval) and the cost model."""
     import matplotlib
 
@@ -189,7 +190,7 @@ def batch_plot(records: list[dict], out) -> "Path":
     return path
 
 
-def write_batch_report(records: list[dict], conditions: dict, out) -> dict:
+def write_batch_report(records: list[dict], conditions: dict, out: Path) -> dict:
     import json
 
     out.mkdir(parents=True, exist_ok=True)

@@ -259,6 +259,15 @@ def check_generate(cfg: DictConfig) -> None:
     if cfg.top_p is not None:
         number_in(cfg.top_p, "top_p", 0, 1, low_open=True)
     model_folder(cfg.target, "target", cfg.get("cache_dir"))
+    engine = cfg.get("engine", "generate")
+    if engine not in ("generate", "speculative"):
+        raise UsageError(f"engine must be generate or speculative, got {engine!r}.")
+    if engine == "speculative":
+        if not cfg.speculative.draft:
+            raise UsageError("engine=speculative needs a draft: speculative.draft=<folder or embedded:name> sharing the "
+                             "target's vocabulary, e.g. embedded:qwen2.5-coder-0.5b-instruct.")
+        number_in(cfg.speculative.gamma, "speculative.gamma", 1, integer=True)
+        model_folder(cfg.speculative.draft, "speculative.draft", cfg.get("cache_dir"))
     writable_dir(Path(str(cfg.out)).expanduser().parent, "out")
 
 

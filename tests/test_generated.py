@@ -124,3 +124,21 @@ def test_a_store_never_mixes_greedy_and_sampled_answers(tmp_path, tiny_target_di
     sampled = generate_store(gen_cfg(tmp_path, tiny_target_dir, "n_prompts=2", "temperature=1.0",
                                      f"out={tmp_path / 'general-t1.jsonl'}"))
     assert json.loads(settings_file(sampled).read_text())["temperature"] == 1.0 and len(done_prompts(sampled)) == 2
+
+
+def test_the_speculative_engine_writes_the_targets_own_answers(tmp_path, tiny_target_dir, tiny_draft_dir):
+    """engine=speculative (our batched speculative decoder with a draft): each answer is the target's greedy answer
+    alone at batch 1, the same as the store would hold from target-only decoding."""
+    from decode.core.speculative import NoProposer, generate
+    from decode.models.loading import eos_token_ids, load_frozen, load_tokenizer
+
+    out = generate_store(gen_cfg(tmp_path, tiny_target_dir, "engine=speculative",
+                                 f"speculative.draft={tiny_draft_dir}", "speculative.gamma=2", "batch_size=3"))
+    records = [json.loads(line)["messages"] for line in out.read_text().splitlines()]
+    tokenizer, target = load_tokenizer(str(tiny_target_dir)), load_frozen(str(tiny_target_dir))
+    for user, assistant in records:
+        chat = tokenizer.apply_chat_template([user], tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+        alone = generate(target, NoProposer(), ids, 0, 6, eos_token_ids=eos_token_ids(tokenizer, target)).tokens
+        assert assistant["content"] == tokenizer.decode(alone, skip_special_tokens=True).strip()
+    assert len(records) == 5

@@ -125,7 +125,9 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
                                      "cache_dir": cfg.paths.cache_dir, "prompts_from": domain,
                                      "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
                                      "max_new_tokens": gen.max_new_tokens, "temperature": temperature, "top_p": None,
-                                     "seed": seed, "threads": None, "out": str(store)})
+                                     "seed": seed, "threads": None, "out": str(store),
+                                     "engine": gen.get("engine", "generate"),
+                                     "speculative": gen.get("speculative") or {"draft": None, "gamma": 3}})
         missing = missing_prompts(domain, gen.n_prompts, seed, store)
         check_store_settings(store, store_settings(settings), adding=bool(missing))  # greedy, sampled never mix
         if not missing:

@@ -20,16 +20,37 @@ from decode.kernels.runtime import setup_cpu
 log = logging.getLogger("draftsmith.generate")
 
 
+def chats_of(tokenizer, prompts: list[str]) -> list[str]:
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]
+
+
 @torch.inference_mode()
-def answer_batch(target, tokenizer, prompts: list[str], cfg: DictConfig) -> list[str]:
-    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-             for p in prompts]
+def answer_batch(target, tokenizer, prompts: list[str], cfg: DictConfig, draft=None) -> list[str]:
+    """The target's answers to `prompts`: transformers' batched generate(), or with `draft` our batched speculative
+    decoder (decode/core/batched.py: each answer is what the target writes alone, the draft only makes it faster)."""
+    if draft is not None:
+        return answer_batch_speculative(target, draft, tokenizer, prompts, cfg)
+    chats = chats_of(tokenizer, prompts)
     batch = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
     # top_k=0 switches off transformers' default top-k of 50: samples follow the target's own distribution
     sampling = {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p or 1.0, "top_k": 0} \
         if cfg.temperature > 0 else {"do_sample": False}
     out = target.generate(**batch, max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
     return [tokenizer.decode(row[batch["input_ids"].shape[1]:], skip_special_tokens=True).strip() for row in out]
+
+
+@torch.inference_mode()
+def answer_batch_speculative(target, draft, tokenizer, prompts: list[str], cfg: DictConfig) -> list[str]:
+    from decode.core.batched import generate_batch
+    from decode.core.speculative import SamplingParams
+    from decode.models.loading import eos_token_ids
+
+    ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in chats_of(tokenizer, prompts)]
+    params = SamplingParams(float(cfg.temperature), None, cfg.top_p)
+    out = generate_batch(target, draft, ids, int(cfg.speculative.gamma), int(cfg.max_new_tokens), params,
+                         eos_token_ids(tokenizer, target), pad_id=tokenizer.pad_token_id or 0)
+    return [tokenizer.decode(t, skip_special_tokens=True).strip() for t in out.tokens]
 
 
 def store_settings(cfg: DictConfig) -> dict:
@@ -59,15 +80,21 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
         return out
     tokenizer = tokenizer or load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
     target = target or load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+    draft = None
+    if cfg.get("engine", "generate") == "speculative":
+        draft = load_frozen(cfg.speculative.draft, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
+        if draft.get_output_embeddings().weight.shape[0] != target.get_output_embeddings().weight.shape[0]:
+            raise UsageError(f"speculative.draft={cfg.speculative.draft} does not share the target's vocabulary. "
+                             "Fix: a draft of the target's family (the same tokenizer), or engine=generate.")
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # prompts end where answers start
     try:
-        _answer_all(target, tokenizer, todo, cfg, out)
+        _answer_all(target, tokenizer, todo, cfg, out, draft)
     finally:
         tokenizer.padding_side = padding_side
     return out
 
 
-def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path) -> None:
+def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path, draft=None) -> None:
     started, answered_tokens = time.time(), 0
     columns = [TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeRemainingColumn()]
@@ -75,10 +102,12 @@ def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path) 
         task = progress.add_task("gen", total=len(todo), rate="")
         for start in range(0, len(todo), cfg.batch_size):
             chunk = todo[start:start + cfg.batch_size]
-            answers = answer_batch(target, tokenizer, chunk, cfg)
+            answers = answer_batch(target, tokenizer, chunk, cfg, draft)
             append_records(out, [(p, a) for p, a in zip(chunk, answers) if a])
             answered_tokens += sum(len(tokenizer(a)["input_ids"]) for a in answers)
             progress.update(task, advance=len(chunk),
                             rate=f"{answered_tokens / (time.time() - started):.0f} answer tok/s")
-    print(f"wrote {out} ({len(done_prompts(out))} records, {answered_tokens} new answer tokens "
-          f"in {time.time() - started:.0f} s)")
+    seconds = time.time() - started
+    print(f"wrote {out} ({len(done_prompts(out))} records, {answered_tokens} new answer tokens in {seconds:.0f} s: "
+          f"{len(todo) / seconds * 3600:.0f} answers/hour, {answered_tokens / seconds:.1f} answer tokens/s, engine "
+          f"{cfg.get('engine', 'generate')})")
