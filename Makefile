@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-qwen setup-deepspeed setup-llamacpp demo demo-medical bench-qwen bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
+.PHONY: setup setup-qwen setup-deepspeed setup-llamacpp demo demo-medical bench-qwen bench-qwen-domain bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
 	test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
@@ -67,6 +67,17 @@ bench-qwen: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder>[,<export folder>...] is required, e.g. outputs/qwen-coder-quick/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct \
 		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] $(QWEN_BENCH) $(ARGS)
+
+# What training buys on a domain: the off-the-shelf 0.5B (the reference) and DRAFT side by side on DOMAIN's test
+# prompts, greedy and T=1, each draft's speed over the 0.5B's prompt by prompt with its interval (eval/reference.py).
+DOMAIN ?= medical
+QWEN_DOMAIN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=12 max_new_tokens=128 repeats=1 cpu_matmul=auto \
+	draft_quant=int4 reference_draft=embedded:qwen2.5-coder-0.5b-instruct \
+	'draft_vocab_from={kind: files, path: "$(DRAFTSMITH_CACHE)/generated/qwen25_coder_1_5b/$(DOMAIN).jsonl", format: chat}'
+bench-qwen-domain: $(STAMP)
+	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/distill-medical/<run>/export"; exit 2; }
+	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct domains=[$(DOMAIN)] \
+		drafts=[embedded:qwen2.5-coder-0.5b-instruct,$(DRAFT)] $(QWEN_DOMAIN_BENCH) $(ARGS)
 
 # Every decoding policy side by side (docs/decoder.md), greedy, test prompts, one interleaved run per pair: fixed
 # chains, confidence stop, heuristic and predicted gamma, prompt lookup alone and first, static and dynamic trees,
