@@ -138,20 +138,37 @@ def draft_quant_table(data: dict, labels: dict) -> list[str]:
 
 
 def llamacpp_table(data: dict, labels: dict) -> list[str]:
-    """scripts/bench_llamacpp.py: each setting against llama.cpp plain (one engine)."""
+    """scripts/bench_llamacpp.py: each setting against llama.cpp plain (one engine); with its cost model, the
+    decoding speedup (prefill out) beside the one llama-bench's pass costs predict."""
+    costs = any("decode_speedup" in r for r in data["records"])
     rows = ["| engine: setting (draft model) | domain | T | γ | accepted/proposed | tok/s | speedup over llama.cpp plain "
-            "| greedy identical |", "|---|---|---|---|---|---|---|---|"]
+            + ("| decoding alone | cost model's prediction " if costs else "") + "| greedy identical |",
+            "|---|---|---|---|---|---|---|---|" + ("---|---|" if costs else "")]
     for r in data["records"]:
         who = r["setting"] if r["draft"] in ("none", None) else "llama.cpp, " + draft_label(r["draft"], labels)
         rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {r.get('gamma') or '–'} "
                     f"| {f3(r['accepted'] / r['drafted'] if r.get('drafted') else None)} | {r['tok_s']:.1f} "
                     f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
+                    + (f"| {fx(r.get('decode_speedup'))} | {fx(r.get('hardware_expected_speedup'))} " if costs else "")
+                    + f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    return rows
+
+
+def batches_table(data: dict, labels: dict) -> list[str]:
+    """eval/speculate.py batch_size=[...]: speedup over target-only at the same batch size, beside the cost model."""
+    rows = ["| draft | domain | T | γ | batch | target-only tok/s | speculative tok/s | speedup at that batch | "
+            "cost model | α | greedy identical |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["records"]:
+        rows.append(f"| {draft_label(r['draft'], labels)} | {r['domain']} | {r['temperature']:g} | {r['gamma']} "
+                    f"| {r['batch_size']} | {r['target_tok_s']:.1f} | {r['tok_s']:.1f} "
+                    f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
+                    f"| {fx(r.get('hardware_expected_speedup'))} | {f3(r['alpha'])} "
                     f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
     return rows
 
 
 RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table,
-          "draft_quant": draft_quant_table, "llamacpp": llamacpp_table}
+          "draft_quant": draft_quant_table, "llamacpp": llamacpp_table, "batches": batches_table}
 
 
 def conditions_line(data: dict, kind: str) -> str:
@@ -185,6 +202,11 @@ def conditions_line(data: dict, kind: str) -> str:
         parts += [c.get("engine"), c.get("build"), f"target GGUF {c.get('target_gguf')}",
                   f"{data['records'][0]['n_prompts']} `{data['records'][0].get('split')}` prompts per domain",
                   "every setting taking turns prompt by prompt", "tokens/s from the server's own timings"]
+    if kind == "batches":
+        r = data["records"][0]
+        parts += [f"{r['n_prompts']} `{r.get('split')}` prompts per domain, decoded in groups of the batch size",
+                  "target-only and speculative decoding at the same batch taking turns group by group",
+                  "[95% bootstrap interval across groups]"]
     if kind == "draft_quant":
         parts += [f"{c.get('n_prompts')} `{c.get('split')}` prompts ({', '.join(c.get('domains', []))})",
                   f"target step {c['target_step_s'] * 1e3:.0f} ms" if c.get("target_step_s") else None,
@@ -287,6 +309,12 @@ def figure(meta: dict, labels: dict) -> str:
             r = max(data["records"], key=lambda r: r["speedup"])
             return (f"fastest of {len(data['records'])} (llama.cpp, over its own plain decoding): "
                     f"**{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} ({r['setting']}, {r['tok_s']:.1f} tok/s)")
+        if kind == "batches":
+            worst = max(data["records"], key=lambda r: r["batch_size"])
+            best = max(data["records"], key=lambda r: r["speedup"])
+            return (f"**{fx(best['speedup'])}**{interval(best.get('speedup_ci'), f2)} at batch {best['batch_size']}, "
+                    f"**{fx(worst['speedup'])}**{interval(worst.get('speedup_ci'), f2)} at batch "
+                    f"{worst['batch_size']} (each over target-only at that batch)")
         if kind == "draft_quant":
             r = max(data["records"], key=lambda r: r["expected_speedup"])
             return f"best cost-model speedup **{fx(r['expected_speedup'])}** ({r['variant']}, γ={r['gamma']})"
