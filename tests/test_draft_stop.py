@@ -3,31 +3,16 @@
 The sampled law is checked on the whole decoder (proposer, verifier, caches, accept/reject) with bigram "models"
 whose next-token law depends on the last token only, so the target's law of two tokens is known exactly."""
 
-from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import LlamaConfig
 
 from conftest import first_two_tokens, make_model
 from decode.core.metrics import acceptance
 from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, draft_confidence, generate
+from test_tree_sampling import BigramLM  # next-token law = table[last token]: known exactly
 
 V = 300
-
-
-class BigramLM(torch.nn.Module):
-    """Logits of the next token = table[last token]: a causal LM with a trivially known law."""
-
-    def __init__(self, table: torch.Tensor):
-        super().__init__()
-        self.table = table
-        self.config = LlamaConfig(vocab_size=table.shape[0], hidden_size=8, num_hidden_layers=1,
-                                  num_attention_heads=1, num_key_value_heads=1, intermediate_size=8)
-        self.device = torch.device("cpu")
-
-    def forward(self, input_ids, cache=None, use_cache=True, logits_to_keep=0):
-        return SimpleNamespace(logits=self.table[input_ids][:, -logits_to_keep:])
 
 
 @pytest.fixture(scope="module")
