@@ -111,7 +111,15 @@ def check_eval_config(cfg: DictConfig) -> None:
         if cfg.compile:
             raise UsageError("token trees decode with dynamic KV caches: compile=false with proposers tree or "
                              "dynamic_tree.")
-        check_branching(list(cfg.tree.branching))
+        if cfg.tree.branching == "auto":
+            if min(int(cfg.tree.max_depth), int(cfg.tree.max_nodes)) < 1:
+                raise UsageError(f"tree.branching=auto needs tree.max_depth >= 1 and tree.max_nodes >= 1, got "
+                                 f"{cfg.tree.max_depth} and {cfg.tree.max_nodes}.")
+            if "tree" in cfg.proposers and any(feature_kind_of(d) for d in cfg.drafts):
+                raise UsageError("tree.branching=auto replays standalone drafts only; a feature draft (Medusa, "
+                                 "EAGLE-style) needs a fixed tree.branching, e.g. [2,2,1,1].")
+        else:
+            check_branching(list(cfg.tree.branching))
         if min(int(cfg.tree.depth), int(cfg.tree.width), int(cfg.tree.top_k)) < 1:
             raise UsageError(f"tree.depth, tree.width and tree.top_k must be >= 1, got {cfg.tree.depth}, "
                              f"{cfg.tree.width}, {cfg.tree.top_k}.")

@@ -43,14 +43,14 @@ from decode.drafts.feature_drafts import is_feature_draft
 from decode.drafts.kinds import feature_kind_of
 from decode.kernels.fast_linear import fast_cpu_linears
 from decode.drafts.quantize import quantize_draft, weights_label
-from decode.core.replay import best_rule, draft_positions
+from decode.core.replay import best_rule, best_tree, draft_positions, draft_ranks
 from eval.card import best_by_domain, write_card, write_policy
 from eval.checks import LOOKUP, ROUTER, TREES, check_eval_config, check_prompt_lengths, thresholds_of
 from eval.tracking import log_eval_to_wandb
 from decode.models.loading import (eos_token_ids, load_drafts, load_frozen, load_tokenizer, model_vocab_size, resolve,
                                    special_token_ids)
 from decode.core.metrics import (acceptance, best_gamma, by_entropy, hardware_speedup, per_position_accept,
-                            replayed_speedup, theoretical_speedup)
+                            replayed_speedup, theoretical_speedup, tree_acceptance)
 from decode.proposers.ngram import LookupThenDraftProposer, PromptLookupProposer
 from decode.proposers.predict_gamma import SurvivalStop, fit_calibration
 from decode.proposers.router import Option, RouterProposer, with_auto_off
@@ -160,6 +160,7 @@ def make_record(draft: str, domain: str, gamma: int, label, temperature: float, 
             "cost_ratio_c": costs["cost_ratio_c"],
             "theoretical_speedup": theoretical, "hardware_expected_speedup": expected,
             "accept_by_entropy": accept_by_entropy(spec["steps"]),
+            "tree_acceptance": tree_acceptance(spec["steps"]),
             "greedy_identical": spec["tokens"] == base["tokens"] if temperature == 0 else None,
             **intervals(spec, base, level)}
 
@@ -265,7 +266,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
     """Every (domain, temperature): target-only decoding and every speculative setting, interleaved prompt by prompt
     on the `split` prompts (eval/timing.py); gamma=auto chooses on the tune prompts first. The cost model is
     measured once per draft (into conditions["costs"]). `only`: run just these arms (records' "arm" values)."""
-    records = []
+    records, trees = [], {}  # trees: tree.branching=auto's choice per (draft, domain)
     arms = proposer_arms(list(drafts), draft_settings(gammas, thresholds_of(cfg)), list(cfg.proposers),
                          tree_depths(cfg), int(cfg.router.max_gamma), int(cfg.max_auto_gamma))
     if only is not None:
@@ -292,7 +293,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                 for arm in arms:
                     kind, name, gamma, threshold = arm
                     draft, costs = drafts.get(name), conditions["costs"][name or next(iter(drafts))]
-                    label, predicted = gamma, None
+                    label, predicted, shape = gamma, None, None
                     if gamma == "auto":
                         progress.update(task, description=f"{domain} T={temperature:g} gamma=auto on tune prompts")
                         tune = tune_set(cfg, tokenizer, target, domain, eos, tune,
@@ -303,7 +304,16 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                         proposer = DraftModelProposer(draft, stop_rule=predicted_stop(draft, tune, costs))
                         label = f"predicted≤{gamma}"
                     else:
-                        proposer = make_proposer(kind, draft, threshold, target, cfg, drafts, conditions["costs"])
+                        if kind == "tree" and auto_tree(cfg):  # one shape per draft and domain, from greedy paths
+                            progress.update(task, description=f"{domain}: tree shape on tune prompts")
+                            tune = tune_set(cfg, tokenizer, target, domain, eos, tune)
+                            if (name, domain) not in trees:
+                                trees[(name, domain)] = choose_tree(cfg, draft, tune, costs)
+                            shape = trees[(name, domain)]
+                            gamma, predicted = len(shape["branching"]), shape["expected_speedup"]
+                            label = "auto:" + "-".join(map(str, shape["branching"]))
+                        proposer = make_proposer(kind, draft, threshold, target, cfg, drafts, conditions["costs"],
+                                                 shape and shape["branching"])
                     if cfg.get("auto_off") and kind != ROUTER:  # the router has its own
                         proposer = with_auto_off(proposer, kind if name is None else name,
                                                  0.0 if kind == "lookup" else costs["draft_step_s"], gamma,
@@ -311,7 +321,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                                                  probe_every=int(cfg.router.probe_every),
                                                  max_probe_every=int(cfg.router.max_probe_every),
                                                  timing_window=int(cfg.router.timing_window))
-                    settings.append(((kind, name), gamma, threshold, label, predicted, proposer, list(arm)))
+                    settings.append(((kind, name), gamma, threshold, label, predicted, proposer, list(arm), shape))
                 timing = [Arm("target", NoProposer(), 0)] + [Arm(j, st[5], st[1], True) for j, st in enumerate(settings)]
                 baselines = hf_arms(cfg, target, hf_drafts or {})
                 timing += [Arm(("hf", k), None, 0, run=run) for k, (_, _, run) in enumerate(baselines)]
@@ -321,7 +331,7 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                                          cfg.repeats, on_prompt=lambda r, i: progress.advance(task))
                 base = runs["target"]
                 log.info("%s T=%s target-only: %.1f tok/s", domain, temperature, base["tok_s"])
-                for j, ((kind, name), gamma, threshold, label, predicted, _, arm) in enumerate(settings):
+                for j, ((kind, name), gamma, threshold, label, predicted, _, arm, shape) in enumerate(settings):
                     costs = conditions["costs"][name or next(iter(drafts))]
                     if kind == ROUTER:
                         costs = {**costs, "router_step_s": router_step_s(drafts, conditions["costs"])}
@@ -334,6 +344,8 @@ def measure_all(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                     rec["arm"] = arm  # (proposer, draft, gamma as asked, threshold): what policy=auto chooses among
                     if predicted is not None:  # what gamma=auto expected of its choice (on tune prompts)
                         rec["auto_expected_speedup"] = predicted
+                    if shape:  # tree.branching=auto's choice, and what the best chain was expected to do there
+                        rec["tree_choice"] = shape
                     records.append(rec)
                     who = rec["draft"] if name is None else short(name) + ("" if kind == "draft" else f" ({kind})")
                     setting = label if str(label).startswith("auto") else (
@@ -399,10 +411,14 @@ def auto_policy(cfg: DictConfig, tokenizer, target, drafts: dict, gammas: list, 
                           only=None if every else [arm])
     records = mark_choice(records, arm)
     kind, name, gamma, threshold = arm
+    settings = policy_settings(cfg, kind)
+    shapes = [r["tree_choice"]["branching"] for r in records if r.get("policy_auto") and r.get("tree_choice")]
+    if shapes:  # tree.branching=auto: the shape chosen on the tune prompts of the first domain
+        settings = {**settings, "branching": shapes[0]}
     conditions["policy"] = {
         "proposer": kind if score > 1 else "none", "draft": name, "gamma": gamma, "confidence_threshold": threshold,
         "candidate": {"proposer": kind, "draft": name, "gamma": gamma, "confidence_threshold": threshold},
-        "settings": policy_settings(cfg, kind), "auto_off": bool(cfg.get("auto_off")) or kind == ROUTER,
+        "settings": settings, "auto_off": bool(cfg.get("auto_off")) or kind == ROUTER,
         "tune_speedup_geomean": score, "tune_policies": len({arm_key(r["arm"]) for r in tuned if is_ours(r)}),
         "target": str(cfg.target), "threads": conditions["threads"], "device": conditions["device"],
         "max_new_tokens": cfg.max_new_tokens, "n_prompts": cfg.n_prompts,
@@ -440,6 +456,17 @@ def tune_set(cfg: DictConfig, tokenizer, target, domain: str, eos, tune: dict | 
     return tune
 
 
+def choose_tree(cfg: DictConfig, draft, tune: dict, costs: dict) -> dict:
+    """tree.branching=auto: the static tree the measured cost model expects fastest on the tune prompts' greedy paths
+    (decode/core/replay.py best_tree, an exact replay of greedy tree decoding), within auto_tolerance."""
+    ranks = draft_ranks(draft, tune["prompts"], tune["greedy"])
+    best = best_tree(ranks, costs["draft_step_s"], costs["target_pass_s"], int(cfg.tree.max_depth),
+                     int(cfg.tree.max_nodes), float(cfg.auto_tolerance))
+    log.info("tree.branching=auto: %s (expected %.2fx on the tune prompts; the best chain %.2fx)", best["branching"],
+             best["expected_speedup"], best["best_chain_expected_speedup"])
+    return best
+
+
 def predicted_stop(draft, tune: dict, costs: dict) -> SurvivalStop:
     """Per-step gamma predicted from the draft's confidence (decode/proposers/predict_gamma.py): the calibration of its
     confidence against the target's acceptance, fitted on the tune prompts' greedy paths, and the measured costs."""
@@ -470,8 +497,13 @@ def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str]
     return arms
 
 
+def auto_tree(cfg: DictConfig) -> bool:
+    return cfg.tree.branching == "auto"
+
+
 def tree_depths(cfg: DictConfig) -> dict:
-    return {"tree": len(cfg.tree.branching), "dynamic_tree": int(cfg.tree.depth)}
+    return {"tree": int(cfg.tree.max_depth) if auto_tree(cfg) else len(cfg.tree.branching),
+            "dynamic_tree": int(cfg.tree.depth)}
 
 
 def tree_rows(cfg: DictConfig) -> int:
@@ -482,7 +514,7 @@ def tree_rows(cfg: DictConfig) -> int:
 def tree_size(cfg: DictConfig, kind: str) -> int | None:
     """Tokens a tree proposer's target pass verifies beyond the pending one (None for chains)."""
     if kind == "tree":
-        return len(static_tree(list(cfg.tree.branching))) - 1
+        return int(cfg.tree.max_nodes) if auto_tree(cfg) else len(static_tree(list(cfg.tree.branching))) - 1
     if kind == "dynamic_tree":
         return min(int(cfg.tree.top_k), int(cfg.tree.width)) + int(cfg.tree.width) * (int(cfg.tree.depth) - 1)
     return None
@@ -494,7 +526,7 @@ def router_step_s(drafts: dict, costs: dict) -> dict:
 
 
 def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, drafts: dict | None = None,
-                  costs: dict | None = None):
+                  costs: dict | None = None, branching: list[int] | None = None):
     """The proposer of one arm: the draft model; the draft model with transformers' heuristic schedule (gamma is the
     ceiling); prompt lookup; lookup with the draft model where none matches; a static or dynamic token tree; or the
     router over prompt lookup and every draft (`drafts`, priced by their measured `costs`)."""
@@ -505,8 +537,8 @@ def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, d
     if kind in TREES:  # feature drafts grow their own trees (decode/proposers/feature_decoding.py, decode/proposers/eagle_tree.py)
         make = {"medusa": MedusaTreeProposer, "eagle": EagleTreeProposer, "eagle3": EagleTreeProposer}.get(
             getattr(draft, "draft_kind", None), TreeProposer)
-        if kind == "tree":
-            return make(draft, branching=list(cfg.tree.branching))
+        if kind == "tree":  # `branching`: the shape tree.branching=auto chose
+            return make(draft, branching=branching or list(cfg.tree.branching))
         return make(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))
     vocab = target.get_output_embeddings().weight.shape[0]
     lookup = PromptLookupProposer(vocab, int(cfg.lookup.min_n), int(cfg.lookup.max_n), target.device)

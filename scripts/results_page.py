@@ -237,6 +237,27 @@ def cost_model_lines(data: dict) -> list[str]:
             f"target passes of 1..5 tokens {passes} ms. With these costs the cost model says: " + "; ".join(need) + "."]
 
 
+def tree_lines(data: dict, labels: dict) -> list[str]:
+    """Where the tree rows' accepted tokens came from (records' tree_acceptance, decode/core/metrics.py): how deep
+    steps got, which of its siblings each accepted node was, and the share a chain of first choices would not have
+    kept."""
+    trees = [r for r in data["records"] if r.get("tree_acceptance")]
+    if not trees:
+        return []
+    rows = ["What the trees' width bought (tree steps only): nodes scored per step; the share of steps that kept at "
+            "least 1, 2, 3, ... drafted tokens; the share of kept nodes that were the draft's 1st / 2nd / 3rd+ choice "
+            "among their siblings; the share of kept tokens a chain of first choices would not have kept.", "",
+            "| draft | domain | T | nodes / step | steps keeping ≥ d tokens (d = 1, 2, ...) | 1st / 2nd / 3rd+ choice "
+            "| beyond first choice |", "|---|---|---|---|---|---|---|"]
+    for r in trees:
+        t = r["tree_acceptance"]
+        share = t["rank_share"] + [0.0] * max(0, 3 - len(t["rank_share"]))
+        rows.append(f"| {row_label(r, labels)} | {r['domain']} | {r['temperature']:g} | {t['mean_nodes']:.1f} "
+                    f"| {' / '.join(f'{x:.2f}' for x in t['reached_depth'])} "
+                    f"| {share[0]:.2f} / {share[1]:.2f} / {sum(share[2:]):.2f} | {f3(t['beyond_first_choice'])} |")
+    return rows
+
+
 PAGE = "result.md"  # each result's full page, beside its files
 ARCHIVE = DOCS / "results-archive.md"
 HELD_OUT_SINCE = "2026-12-01"  # the held-out tune / test prompt sets (data/prompts.py) exist from this date
@@ -285,6 +306,7 @@ def section(meta: dict, labels: dict, level: str = "#") -> list[str]:
         lines += RENDER[kind](data, labels) + ["", conditions_line(data, kind), ""]
         if kind == "speculate":
             lines += cost_model_lines(data) + [""]
+            lines += (tree_lines(data, labels) + [""]) if tree_lines(data, labels) else []
     return lines + [""]
 
 

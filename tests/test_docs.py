@@ -120,3 +120,17 @@ def test_results_index_is_short_and_archives_what_no_longer_describes_the_code(t
     assert results_page.archived({**meta, "archived": "superseded by y"}) == "superseded by y"
     page = "\n".join(results_page.section({**meta, "archived": "superseded by y"}, {}))
     assert "**Archived**: superseded by y" in page and "Reproduce: `c`" in page
+
+
+def test_a_result_with_tree_rows_says_what_the_width_bought():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.pop(0)
+    chain = {"draft": "d", "proposer": "draft", "domain": "code", "temperature": 0.0}
+    tree = {**chain, "proposer": "tree", "tree_acceptance": {"steps": 4, "mean_nodes": 7.5, "reached_depth": [0.75, 0.5],
+                                                             "rank_share": [0.8, 0.2], "beyond_first_choice": 0.1}}
+    assert results_page.tree_lines({"records": [chain]}, {}) == []
+    lines = results_page.tree_lines({"records": [chain, tree]}, {})
+    assert lines[-1] == "| d, static token tree | code | 0 | 7.5 | 0.75 / 0.50 | 0.80 / 0.20 / 0.00 | 0.100 |"

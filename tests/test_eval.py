@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from conftest import CONF
 from data.prompts import encode_prompt, load_prompts
 from eval.speculate import evaluate
+from decode.core.trees import static_tree
 
 SCHEMA = {"draft", "proposer", "domain", "gamma", "temperature", "n_prompts", "new_tokens", "alpha", "tau",
           "accepted_per_proposed", "per_position_accept", "target_tok_s", "spec_tok_s", "speedup", "cost_ratio_c",
@@ -471,3 +472,17 @@ def test_stock_linears_undo_the_fast_layout_only_inside_the_block(tiny_target_di
         with stock_linears(model):
             assert not any(isinstance(m, FastLinear) for m in model.modules())
         assert sum(isinstance(m, FastLinear) for m in model.modules()) == count
+
+
+def test_tree_branching_auto_chooses_a_shape_on_tune_prompts_and_decodes_with_it(tmp_path, tiny_target_dir,
+                                                                                tiny_draft_dir):
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
+                                "proposers=[draft,tree]", "tree.branching=auto", "tree.max_depth=3",
+                                "tree.max_nodes=8", "temperature=[0,1.0]"))
+    trees = [r for r in records if r["proposer"] == "tree"]
+    assert len(trees) == 2 and trees[0]["tree_choice"] == trees[1]["tree_choice"]  # one shape for both temperatures
+    shape = trees[0]["tree_choice"]["branching"]
+    assert 1 <= len(shape) <= 3 and len(static_tree(shape)) - 1 <= 8
+    assert all(r["gamma_setting"] == "auto:" + "-".join(map(str, shape)) and r["gamma"] == len(shape) for r in trees)
+    assert trees[0]["greedy_identical"] is True and trees[0]["tree_acceptance"]["steps"] > 0
+    assert trees[0]["tree_choice"]["expected_speedup"] >= trees[0]["tree_choice"]["best_chain_expected_speedup"] * 0.9

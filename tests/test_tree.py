@@ -163,3 +163,99 @@ def test_replayed_cost_of_a_tree_step():
     assert replayed_speedup([tree], 0.1, passes) == pytest.approx(3 * 1.0 / (3 * 0.1 + 1.6))
     chain = StepLog(2, 2, 0, 0)
     assert replayed_speedup([chain], 0.1, passes) == pytest.approx(3 / (0.2 + 1.2))
+
+
+def test_path_ranks_name_each_kept_node_among_its_siblings():
+    from decode.core.trees import path_ranks
+
+    parents = static_tree([3, 2])  # root; nodes 1-3 at depth 1; 4-9 at depth 2 (two under each)
+    assert path_ranks(parents, [1, 4]) == [0, 0]
+    assert path_ranks(parents, [3, 9]) == [2, 1]
+    assert path_ranks(parents, [2]) == [1]
+    assert path_ranks(parents, []) == []
+
+
+def test_tree_acceptance_counts_depths_ranks_and_what_the_width_bought():
+    from decode.core.metrics import tree_acceptance
+    from decode.core.speculative import StepLog
+
+    assert tree_acceptance([StepLog(3, 2, 0, 0)]) is None  # chains only: nothing to say
+    steps = [StepLog(3, 3, 0, 0, verified=9, draft_passes=3, ranks=[0, 0, 0]),  # the chain of first choices
+             StepLog(3, 2, 0, 0, verified=9, draft_passes=3, ranks=[0, 1]),  # the chain would have kept 1 of 2
+             StepLog(3, 0, 0, 0, verified=9, draft_passes=3, ranks=[]),
+             StepLog(3, 1, 0, 0, verified=3, draft_passes=3, ranks=[2]),  # the chain would have kept none
+             StepLog(2, 2, 0, 0)]  # a chain step among them is left out
+    t = tree_acceptance(steps)
+    assert t["steps"] == 4 and t["mean_nodes"] == pytest.approx(7.5)
+    assert t["reached_depth"] == [0.75, 0.5, 0.25]
+    assert t["rank_share"] == pytest.approx([4 / 6, 1 / 6, 1 / 6])
+    assert t["beyond_first_choice"] == pytest.approx(2 / 6)
+
+
+def test_tree_steps_log_the_ranks_of_their_kept_nodes():
+    """Through the main loop: every tree step logs one rank per kept token, each within its level's branching; a
+    draft equal to the target keeps only first choices."""
+    target, draft = make_model(64, layers=2, seed=11, init=0.3), make_model(64, layers=1, seed=12, init=0.3)
+    gen = generate(target, TreeProposer(draft, branching=[3, 2]), [5, 9, 14, 3, 22], 2, 16)
+    full = [s for s in gen.steps if s.drafted == 2]
+    assert full and all(len(s.ranks) == s.accepted and all(0 <= r < k for r, k in zip(s.ranks, [3, 2]))
+                        for s in full)
+    same = generate(target, TreeProposer(target, branching=[2, 2]), [5, 9, 14], 2, 12)
+    assert all(r == 0 for s in same.steps for r in s.ranks or [])
+
+
+def test_a_tree_step_costs_one_draft_pass_per_level_even_after_a_fully_kept_step():
+    """The draft's uncached context (the last token of a fully kept step) goes into the root's pass: one draft pass
+    per level, never an extra one."""
+    draft = make_model(64, layers=2, seed=11, init=0.3)  # the kept path is set by hand below
+    calls = []
+    draft.register_forward_hook(lambda *_: calls.append(1))
+    proposer = TreeProposer(draft, branching=[2, 1, 1])
+    proposer.start([5, 9, 14])
+    tokens = [5, 9, 14]
+    for _ in range(3):
+        calls.clear()
+        tree, _ = proposer.propose(tokens, 3, None, None)
+        assert len(calls) == 3
+        tree.path = [1, 3, 5]  # keep the first-choice branch whole (its deepest node never fed), then a bonus token
+        tokens = tokens + [tree.tokens[i] for i in tree.path] + [7]
+        proposer.rollback(len(tokens) - 1)
+
+
+@pytest.mark.parametrize("branching", [[2, 1], [3, 2, 1], [1, 1, 1]])
+def test_replayed_tree_steps_are_the_steps_greedy_tree_decoding_takes(branching):
+    """decode/core/replay.py replay_tree on the draft's ranks along the target's greedy path gives exactly the
+    (depth, kept) of every step of real greedy decoding with a static tree of that shape."""
+    from decode.core.replay import draft_ranks, replay_tree
+
+    target, draft = make_model(64, layers=2, seed=11, init=0.3), make_model(64, layers=1, seed=12, init=0.3)
+    for prompt in ([5, 9, 14, 3, 22], [40, 41]):
+        gen = generate(target, TreeProposer(draft, branching=branching), prompt, len(branching), 20)
+        ranks = draft_ranks(draft, [prompt], [gen.tokens])
+        assert [(s.drafted, s.accepted) for s in replay_tree(ranks, branching)] == \
+            [(s.drafted, s.accepted) for s in gen.steps]
+        assert [s.verified for s in replay_tree(ranks, branching) if s.drafted == len(branching)] == \
+            [s.verified for s in gen.steps if s.drafted == len(branching)]
+
+
+def test_tree_shapes_are_bounded_non_increasing_and_include_chains():
+    from decode.core.replay import tree_shapes
+
+    shapes = tree_shapes(4, 12)
+    assert (1,) in shapes and (1, 1, 1, 1) in shapes and (4,) in shapes and (3, 2) in shapes
+    assert all(len(s) <= 4 and list(s) == sorted(s, reverse=True) and len(static_tree(list(s))) - 1 <= 12
+               for s in shapes)
+    assert len(set(shapes)) == len(shapes)
+
+
+def test_best_tree_buys_width_only_where_the_drafts_second_choices_are_kept_and_nodes_are_cheap():
+    from decode.core.replay import best_tree
+
+    flat = [1.0] * 40  # a pass of any size costs one step
+    sure = [[0] * 60]  # the draft's first choice is always the target's: a chain
+    assert best_tree(sure, 0.05, flat, 4, 12)["branching"] == [1, 1, 1, 1]
+    second = [[1, 0] * 30]  # every other token is the draft's second choice: two children per node keep them all
+    pick = best_tree(second, 0.05, flat, 4, 24)
+    assert pick["branching"][:2] == [2, 2] and pick["expected_speedup"] > pick["best_chain_expected_speedup"]
+    steep = [1.0 + k for k in range(40)]  # every node costs a whole target step: the tree does not pay
+    assert max(best_tree(second, 0.05, steep, 4, 24)["branching"]) == 1

@@ -107,6 +107,26 @@ def best_gamma(alpha: float, draft_step_s: float, target_pass_s: Sequence[float]
     return next(o for o in options if o[1] >= top * (1 - tolerance))
 
 
+def tree_acceptance(steps: Iterable) -> dict | None:
+    """Where a tree's accepted tokens came from, over the steps that drafted a tree (StepLog.ranks set; None when no
+    step did): `reached_depth[d-1]`, the share of tree steps that accepted at least d tokens; `rank_share[r]`, the
+    share of accepted nodes that were the draft's (r+1)-th choice among their siblings; `beyond_first_choice`, the
+    share of accepted tokens a chain of the draft's first choices would not have kept (those from the first
+    non-first-choice node on, greedy's reading: a chain stops where its token was rejected); `mean_nodes`, nodes
+    scored per step. What the tree's width buys over a chain of the same depth."""
+    trees = [s for s in steps if getattr(s, "ranks", None) is not None]
+    if not trees:
+        return None
+    depth = max(s.drafted for s in trees)
+    ranks = [r for s in trees for r in s.ranks]
+    top = max(ranks, default=0)
+    beyond = sum(len(s.ranks) - next((i for i, r in enumerate(s.ranks) if r), len(s.ranks)) for s in trees)
+    return {"steps": len(trees), "mean_nodes": sum(_or(s.verified, s.drafted) for s in trees) / len(trees),
+            "reached_depth": [sum(s.accepted >= d for s in trees) / len(trees) for d in range(1, depth + 1)],
+            "rank_share": [ranks.count(r) / len(ranks) for r in range(top + 1)] if ranks else [],
+            "beyond_first_choice": beyond / len(ranks) if ranks else float("nan")}
+
+
 def by_entropy(entropies: Sequence[float], accepts: Sequence[float],
                edges: Sequence[float] = ENTROPY_EDGES) -> list[dict]:
     """Mean acceptance (0/1 events or probabilities) per target-entropy bucket [lo, hi); empty buckets left out."""

@@ -20,7 +20,7 @@ from transformers import DynamicCache
 
 from decode.kernels.compiled import static_decoding
 from decode.core.sampling import accept_reject, greedy_accept, logits_to_probs, sample
-from decode.core.trees import TreeDraft, judge_tree
+from decode.core.trees import TreeDraft, judge_tree, path_ranks
 
 
 @dataclass
@@ -43,6 +43,7 @@ class StepLog:
     source: str = ""  # which proposer drafted this step, where a proposer says ("lookup", "draft", ...)
     verified: int | None = None  # tokens the target's pass scored beyond the pending one (a tree's nodes; None = drafted)
     draft_passes: int | None = None  # draft model passes this step (None = drafted)
+    ranks: list[int] | None = None  # a tree step: each accepted node's rank among its siblings (0 = draft's first)
 
 
 @dataclass
@@ -227,6 +228,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         if isinstance(drafted, TreeDraft):
             accepted, nxt = judge_tree(drafted, logits, params, generator)
             g, n, size = drafted.depth, len(accepted), drafted.size
+            ranks = path_ranks(drafted.parents, drafted.path)
         else:
             g = size = len(drafted)
             if params.temperature == 0:  # one host transfer of gamma + 1 ids, no one-hot distributions
@@ -236,7 +238,7 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
                 n, nxt = accept_reject(torch.tensor(drafted, device=p.device), q.to(p.device), p, generator)
             else:
                 n, nxt = 0, int(sample(params.probs(logits), generator))
-            accepted = drafted[:n]
+            accepted, ranks = drafted[:n], None
         t3 = time.perf_counter()
         kept = len(tokens) + n
         tokens += accepted + [nxt]
@@ -247,7 +249,8 @@ def generate(target, proposer: Proposer, prompt: list[int], gamma: int, max_new_
         if record_entropy and judged:  # the target's rows at the judged positions (a tree: along the kept branch)
             rows = [0] + drafted.path if isinstance(drafted, TreeDraft) else list(range(n + 1))
             entropies = _entropy(logits[rows[:judged]])
-        steps.append(StepLog(g, n, t2 - t1, t3 - t2, entropies, getattr(proposer, "last_source", ""), size, g))
+        steps.append(StepLog(g, n, t2 - t1, t3 - t2, entropies, getattr(proposer, "last_source", ""), size, g,
+                             ranks))
         if eos and any(t in eos for t in tokens[kept - n:]):
             break
     new = tokens[len(prompt):][:max_new_tokens]

@@ -111,6 +111,14 @@ def children_of(parents: list[int]) -> dict[int, list[int]]:
     return out
 
 
+def path_ranks(parents: list[int], path: list[int]) -> list[int]:
+    """For each node of an accepted `path` (root excluded), its rank among its parent's children: 0 where the target
+    kept the draft's first choice, 1 its second, ... (tree proposers add each node's children best first). A chain of
+    first choices would have kept the leading zeros; the rest is what the tree's width bought."""
+    children = children_of(parents)
+    return [children[parents[node]].index(node) for node in path]
+
+
 def residual(r: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, r - q)): what is left of the law r after a candidate drawn from q was rejected. When nothing is
     left (r <= q everywhere up to rounding, so the rejection had probability ~0) r itself."""

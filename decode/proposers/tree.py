@@ -159,13 +159,14 @@ class TreeProposer:
         levels = self.levels[:gamma]
         if not levels:
             return [], torch.empty(0)
-        if len(tokens) - 1 > self.length:  # context the draft has not cached yet (the last step's bonus token...)
-            _chain_pass(self.model, self.cache, tokens[self.length:-1], 1)
-            self.length = len(tokens) - 1
         nodes, parents, scores, fed = [tokens[-1]], [-1], torch.zeros(1), 0
         for per_node, width in levels:  # the frontier is always the last nodes added: rows fed.. of the tree
             rows = slice(fed, len(nodes))
-            logits = _tree_pass(self.model, self.cache, nodes, parents, self.length, rows)
+            if fed == 0:  # the root sees only context: one chain pass with what the draft has not cached yet (a
+                logits = _chain_pass(self.model, self.cache, tokens[self.length:], 1)  # fully kept step's last token)
+                self.length = len(tokens) - 1
+            else:
+                logits = _tree_pass(self.model, self.cache, nodes, parents, self.length, rows)
             picks = choose_children(scores, torch.log_softmax(logits, -1), per_node, width)
             fed = rows.stop
             parents += [fed - len(scores) + r for r, _, _ in picks]
