@@ -168,7 +168,10 @@ def render(info: dict, name: str) -> str:
     lines += _provenance_lines(evals, info.get("weights_sha256"))
     lines += _policy_lines(info.get("serving_policy"))
     if info.get("draft_kind") in FEATURE_USAGE:
-        return "\n".join(lines + _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target)))
+        lines += _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target))
+        if info["draft_kind"] == "eagle3":  # llama.cpp drafts with EAGLE-3 heads too (--spec-type draft-eagle3)
+            lines += _llamacpp_lines(info, gamma, "draft-eagle3")
+        return "\n".join(lines)
     lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
               "", "```python",
               "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -190,7 +193,7 @@ def render(info: dict, name: str) -> str:
               f"python -m sglang.launch_server --model-path {serving_target} \\",
               "  --speculative-algorithm STANDALONE --speculative-draft-model-path <path to this folder> \\",
               f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
-              "```", ""]
+              "```", ""] + _llamacpp_lines(info, gamma)
     return "\n".join(lines)
 
 
@@ -199,6 +202,28 @@ FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over
                  "eagle3": ("an EAGLE-3 draft: one decoder layer over the inputs of a few of the target's layers, in the "
                             "`speculators` layout (`speculators_model_type: eagle3`)", "eagle3"),
                  "medusa": ("Medusa heads on the target's last hidden state, in vLLM's Medusa layout", "medusa")}
+
+
+def _llamacpp_lines(info: dict, gamma: int, spec_type: str = "draft-simple") -> list[str]:
+    """llama.cpp: convert, then llama-server with this draft. The draft length: the best one measured in llama.cpp
+    against llama.cpp plain (`scripts/bench_llamacpp.py update_card=true`), else the card's gamma, said to be ours."""
+    best = max(info.get("llamacpp") or [], key=lambda e: e["speedup"], default=None)
+    if best:
+        n = int(best["draft_max"])
+        said = (f"Measured in llama.cpp ({best.get('target_gguf', 'the target GGUF')}, {best.get('gguf_type', '')} "
+                f"draft, {best.get('domain', '?')} test prompts, greedy, {best.get('cpu', 'this CPU')}): "
+                f"{best['speedup']:.2f}x llama.cpp plain at {n} drafted tokens ({best['tok_s']:.1f} against "
+                f"{best['plain_tok_s']:.1f} tok/s), output identical to plain: {best.get('greedy_identical')}."
+                + ("" if best["speedup"] >= 1 else " It did not pay there: serve llama.cpp plain on that machine."))
+    else:
+        n = gamma
+        said = ("The draft length is the one measured best in Draftsmith's decoder, not in llama.cpp, whose verify "
+                "pass costs more per token on CPUs: `python scripts/bench_llamacpp.py drafts=[<this folder>] "
+                "draft_max=[1,2,4] update_card=true` measures it against llama.cpp plain and writes it here.")
+    return ["llama.cpp (GGUF; needs `make setup-llamacpp` in Draftsmith):", "", said, "", "```bash",
+            "python scripts/export_gguf.py export=<path to this folder> type=q8_0   # -> draft-q8_0.gguf",
+            f"llama-server -m <target>.gguf -md <path to this folder>/draft-q8_0.gguf --spec-type {spec_type} \\",
+            f"  --spec-draft-n-max {n} --spec-draft-p-min 0", "```", ""]
 
 
 def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str, target: str) -> list[str]:
@@ -301,7 +326,7 @@ def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0, schedu
 
 
 def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None,
-               name: str | None = None) -> Path:
+               name: str | None = None, llamacpp: list[dict] | None = None) -> Path:
     """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically.
     `name` titles the card when draftsmith.json has no run_name (default: the folder's name). Once something is
     measured, the folder's generation_config.json drafts the card's gamma too (set_assistant_gamma)."""
@@ -310,6 +335,9 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     if new_evaluations:
         info["evaluations"] = (info.get("evaluations") or []) + list(new_evaluations)
+    if llamacpp:  # measurements in llama.cpp (scripts/bench_llamacpp.py update_card=true): the latest run's
+        info["llamacpp"] = list(llamacpp)
+    if new_evaluations or llamacpp:
         tmp = info_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)

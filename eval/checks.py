@@ -347,14 +347,14 @@ def check_prompt_lengths(cfg: DictConfig, tokenizer, target_folder, extra: int) 
 
 def check_export_gguf(cfg: DictConfig) -> None:
     """scripts/export_gguf.py."""
-    from eval.llamacpp import llamacpp_dir
+    from eval.llamacpp import llamacpp_dir, spec_type_of
 
     if cfg.type not in ("f16", "q8_0", "q4_k_m"):
         raise UsageError(f"type must be f16, q8_0 or q4_k_m, got {cfg.type!r}.")
     folder = model_folder(cfg.export, "export", cfg.cache_dir)
     if folder is None or not (folder / "config.json").is_file():
-        raise UsageError(f"export: {cfg.export} is not a local export folder with config.json (feature drafts have "
-                         "no GGUF form here).")
+        raise UsageError(f"export: {cfg.export} is not a local export folder with config.json.")
+    spec_type_of(str(folder))  # Medusa / EAGLE-1 exports: no llama.cpp form, said here
     if not (llamacpp_dir(cfg.cache_dir) / "convert_hf_to_gguf.py").is_file():
         raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (a few minutes on 2 cores, once).")
     writable_dir(Path(str(cfg.out)).parent if cfg.out else folder, "out")
@@ -362,7 +362,7 @@ def check_export_gguf(cfg: DictConfig) -> None:
 
 def check_bench_llamacpp(cfg: DictConfig) -> None:
     """scripts/bench_llamacpp.py."""
-    from eval.llamacpp import llamacpp_dir
+    from eval.llamacpp import llamacpp_dir, spec_type_of
 
     if not (llamacpp_dir(cfg.cache_dir) / "bin" / "llama-server").is_file():
         raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (a few minutes on 2 cores, once).")
@@ -381,4 +381,6 @@ def check_bench_llamacpp(cfg: DictConfig) -> None:
             existing_file(ref, what)
         else:
             model_folder(ref, f"{what} {ref}", cfg.cache_dir)
+    for d in cfg.drafts:
+        spec_type_of(str(d))  # Medusa / EAGLE-1 exports: no llama.cpp form, said before any server starts
     writable_dir(cfg.out, "out")

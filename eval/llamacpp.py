@@ -59,6 +59,7 @@ class Completion:
     accepted: int = 0    # of those, accepted by the target
     steps: list = field(default_factory=list)  # no per-step logs from the server
     target_passes: int | None = None
+    top: list = field(default_factory=list)  # with n_probs: per token, the n most likely (id, log-probability)
 
 
 class LlamaServer:
@@ -121,11 +122,14 @@ class LlamaServer:
             return False
 
     def completion(self, prompt: list[int], n_predict: int, temperature: float = 0.0, seed: int = 0,
-                   timeout: float = 600) -> Completion:
+                   timeout: float = 600, n_probs: int = 0) -> Completion:
         """Generate up to `n_predict` tokens after `prompt` (token ids); greedy at temperature 0. The prompt cache
-        is off, so every call pays its prompt as a new request does."""
+        is off, so every call pays its prompt as a new request does. `n_probs`: also the n most likely tokens at
+        each generated position, from the model's own logits (before sampling)."""
         body = {"prompt": list(prompt), "n_predict": n_predict, "temperature": temperature, "seed": seed,
                 "cache_prompt": False, "return_tokens": True, "stream": False}
+        if n_probs:
+            body["n_probs"] = n_probs
         if temperature == 0:
             body["top_k"] = 1
         else:  # the target's own distribution: no top-k / top-p / min-p cut
@@ -137,7 +141,9 @@ class LlamaServer:
         t = reply.get("timings", {})
         return Completion(tokens=list(reply.get("tokens") or []), prefill_s=t.get("prompt_ms", 0.0) / 1e3,
                           decode_s=t.get("predicted_ms", 0.0) / 1e3, drafted=int(t.get("draft_n", 0) or 0),
-                          accepted=int(t.get("draft_n_accepted", 0) or 0))
+                          accepted=int(t.get("draft_n_accepted", 0) or 0),
+                          top=[[(int(x["id"]), float(x["logprob"])) for x in step.get("top_logprobs", [])]
+                               for step in reply.get("completion_probabilities") or []])
 
 
 # --- GGUF files for llama.cpp ------------------------------------------------------------------------------------
@@ -145,15 +151,46 @@ class LlamaServer:
 TYPES = ("f16", "q8_0", "q4_k_m")
 
 
+def spec_type_of(draft: str) -> str:
+    """How llama-server drafts with this draft: `draft-simple` for a standalone model (a .gguf file, an embedded
+    model, an export of a standalone draft), `draft-eagle3` for an EAGLE-3 export (speculators layout, which
+    llama.cpp's converter reads). Medusa and EAGLE-1 drafts have no llama.cpp form: a usage error naming that."""
+    from decode.drafts.kinds import feature_kind_of
+
+    kind = None if str(draft).endswith(".gguf") else feature_kind_of(draft)
+    if kind is None:
+        return "draft-simple"
+    if kind == "eagle3":
+        return "draft-eagle3"
+    raise UsageError(f"{draft} is a {kind} draft: llama.cpp drafts with standalone models and EAGLE-3 heads only. "
+                     "Fix: measure it with eval/speculate.py (our decoder), or pass a standalone or EAGLE-3 export.")
+
+
+def eagle3_target_dir(folder: Path, cache_dir=None) -> Path:
+    """The Hugging Face folder of the target an EAGLE-3 export was trained for (its config's verifier): llama.cpp's
+    converter takes the vocabulary and the target's sizes from it."""
+    from decode.models.loading import resolve
+
+    config = json.loads((folder / "config.json").read_text())
+    name = config.get("speculators_config", {}).get("verifier", {}).get("name_or_path")
+    target = Path(resolve(name, cache_dir)) if name else None
+    if target is None or not (target / "config.json").is_file():
+        raise UsageError(f"{folder}: its target ({name}) is not a local model folder here. Fix: convert the target "
+                         "first (make setup, make setup-qwen) or keep the export beside it.")
+    return target
+
+
 def export_gguf(folder, out=None, kind: str = "q8_0", cache_dir=None) -> Path:
     """Convert the Hugging Face folder `folder` to GGUF of `kind` (f16 | q8_0 | q4_k_m); returns the file (default
-    <folder>/draft-<kind>.gguf)."""
+    <folder>/draft-<kind>.gguf). An EAGLE-3 export converts with its target's folder (llama.cpp's EAGLE3 layout)."""
     folder = Path(folder)
     if kind not in TYPES:
         raise UsageError(f"type must be one of {', '.join(TYPES)}, got {kind!r}.")
     if not (folder / "config.json").is_file():
-        raise UsageError(f"{folder} is not a Hugging Face model folder (no config.json). Fix: an export folder; "
-                         "feature drafts (Medusa, EAGLE) have no GGUF form here.")
+        raise UsageError(f"{folder} is not a Hugging Face model folder (no config.json). Fix: an export folder.")
+    extra = []
+    if spec_type_of(str(folder)) == "draft-eagle3":
+        extra = ["--target-model-dir", str(eagle3_target_dir(folder, cache_dir))]
     root = llamacpp_dir(cache_dir)
     converter = root / "convert_hf_to_gguf.py"
     if not converter.is_file():
@@ -166,7 +203,7 @@ def export_gguf(folder, out=None, kind: str = "q8_0", cache_dir=None) -> Path:
                                                         os.environ.get("PYTHONPATH", "")])}
     try:
         _run([sys.executable, str(converter), str(folder), "--outfile", str(f16),
-             "--outtype", "f16" if kind == "q4_k_m" else kind], env)
+             "--outtype", "f16" if kind == "q4_k_m" else kind, *extra], env)
         if kind == "q4_k_m":
             _run([str(llamacpp_bin("llama-quantize", cache_dir)), str(f16), tmp, "Q4_K_M"], env)
         os.chmod(tmp, 0o644)  # mkstemp makes it private

@@ -32,6 +32,13 @@ def predicted_speedup(accepted_per_proposed: float, gamma: int, target_s: dict[i
     return tokens_per_step(accepted_per_proposed, gamma) * target_s[1] / step
 
 
+def break_even(gamma: int, target_s: dict[int, float], draft_step_s: float) -> float:
+    """The accepted/drafted share at which speculation only matches plain decoding, by the pass costs; above 1 the
+    draft cannot pay at this gamma even when every drafted token is accepted."""
+    step = gamma * draft_step_s + target_s[gamma + 1]
+    return (step / target_s[1] - 1.0) / gamma
+
+
 def parse_bench(text: str) -> dict[int, float]:
     """llama-bench's JSON output -> {k: seconds of one k-token pass} (its prompt tests: n_prompt = k, n_gen = 0)."""
     return {int(r["n_prompt"]): float(r["avg_ns"]) / 1e9 for r in json.loads(text) if int(r.get("n_gen", 0)) == 0}

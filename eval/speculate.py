@@ -215,7 +215,7 @@ def make_engine_record(setting: tuple, domain: str, temperature: float, n_prompt
 def llamacpp_servers(cfg: DictConfig, stack, out: Path) -> list[tuple]:
     """(setting, run) for each llama.cpp arm asked for (`llamacpp`), llama.cpp plain first (their baseline): one
     llama-server each, started now, stopped when `stack` closes. setting = (draft name, proposer, gamma)."""
-    from eval.llamacpp import LlamaServer, gguf_of
+    from eval.llamacpp import LlamaServer, gguf_of, spec_type_of
 
     if not cfg.get("llamacpp"):
         return []
@@ -223,9 +223,9 @@ def llamacpp_servers(cfg: DictConfig, stack, out: Path) -> list[tuple]:
     wanted = [(None, "llama.cpp plain", 0, None, None)]
     gammas = [g for g in ([cfg.gamma] if isinstance(cfg.gamma, (int, str)) else cfg.gamma) if g != "auto"]
     if "speculative" in cfg.llamacpp:
-        wanted += [(str(d), "llama.cpp draft", int(g), "draft-simple", gguf_of(str(d), cfg.llamacpp_gguf,
-                                                                              cfg.cache_dir))
-                   for d in cfg.drafts if not feature_kind_of(d) for g in gammas]
+        wanted += [(str(d), "llama.cpp draft", int(g), spec_type_of(str(d)), gguf_of(str(d), cfg.llamacpp_gguf,
+                                                                                  cfg.cache_dir))
+                   for d in cfg.drafts if feature_kind_of(d) in (None, "eagle3") for g in gammas]
     if "ngram" in cfg.llamacpp:
         wanted.append((None, "llama.cpp ngram", 0, "ngram-simple", None))
     out.mkdir(parents=True, exist_ok=True)

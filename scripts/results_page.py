@@ -244,11 +244,28 @@ def tree_lines(data: dict, labels: dict) -> list[str]:
     trees = [r for r in data["records"] if r.get("tree_acceptance")]
     if not trees:
         return []
+    chosen = []
+    for r in data["records"]:
+        c = r.get("tree_choice")
+        if c and (r["draft"], r["domain"]) not in [x[:2] for x in chosen]:
+            chosen.append((r["draft"], r["domain"], c))
+    notes = []
+    for draft, domain, c in chosen:
+        extra = ""
+        if c.get("best_branching_tree"):
+            extra = (f"; the best shape with any node of two children or more, {c['best_branching_tree']}, "
+                     f"{fx(c['best_branching_tree_expected_speedup'])}; the target's token was the draft's first "
+                     f"choice at {c['top_k_hits'][0]:.2f} of the positions, among its top 2 / 3 / 4 at "
+                     + " / ".join(f"{h:.2f}" for h in c["top_k_hits"][1:]))
+        notes.append(f"`tree.branching=auto` for {draft_label(draft, labels)} on {domain}, chosen on the tune "
+                     f"prompts' greedy paths: {c['branching']}, expected {fx(c['expected_speedup'])}; the best chain "
+                     f"{fx(c['best_chain_expected_speedup'])}{extra}.")
     rows = ["What the trees' width bought (tree steps only): nodes scored per step; the share of steps that kept at "
             "least 1, 2, 3, ... drafted tokens; the share of kept nodes that were the draft's 1st / 2nd / 3rd+ choice "
             "among their siblings; the share of kept tokens a chain of first choices would not have kept.", "",
             "| draft | domain | T | nodes / step | steps keeping ≥ d tokens (d = 1, 2, ...) | 1st / 2nd / 3rd+ choice "
             "| beyond first choice |", "|---|---|---|---|---|---|---|"]
+    rows = ([" ".join(notes), ""] if notes else []) + rows
     for r in trees:
         t = r["tree_acceptance"]
         share = t["rank_share"] + [0.0] * max(0, 3 - len(t["rank_share"]))

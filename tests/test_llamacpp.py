@@ -28,6 +28,9 @@ class H(BaseHTTPRequestHandler):
         n = body["n_predict"]
         reply = {{"tokens": list(range(100, 100 + n)), "timings": {{"prompt_ms": 10.0 * len(body["prompt"]),
                  "predicted_ms": 20.0 * n, "draft_n": 3 * n, "draft_n_accepted": 2 * n}}}}
+        if body.get("n_probs"):
+            reply["completion_probabilities"] = [{{"id": 100 + i, "logprob": -0.6, "top_logprobs": [
+                {{"id": 100 + i, "logprob": -0.6}}, {{"id": 7, "logprob": -0.8}}]}} for i in range(n)]
         data = json.dumps(reply).encode()
         self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
         self.wfile.write(data)
@@ -76,6 +79,22 @@ def test_a_server_that_dies_while_starting_is_reported_with_its_log(fake_llamacp
     with pytest.raises(RuntimeError, match="model not found"):
         with LlamaServer(Path("missing.gguf"), log=fake_llamacpp / "s.log"):
             pass
+
+
+def test_a_difference_from_plain_is_explained_with_plains_own_top_two_there(fake_llamacpp):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import bench_llamacpp
+    finally:
+        sys.path.pop(0)
+    base, other = [[5, 6], [8, 9, 10]], [[5, 6], [8, 7, 10]]
+    rec = {"per_prompt": {"first_difference": [bench_llamacpp.first_difference(a, b) for a, b in zip(other, base)]}}
+    with LlamaServer(Path("target.gguf"), log=fake_llamacpp / "server.log") as plain:
+        bench_llamacpp.explain_differences(plain, [rec], [[1, 2], [3, 4]], [other], base)
+    (d,) = rec["differences"]
+    assert d["prompt"] == 1 and d["at"] == 1 and (d["plain_token"], d["setting_token"]) == (9, 7)
+    assert d["plain_in_one_batch"] == 100 and d["top2"] == [(100, -0.6), (7, -0.8)]
+    assert d["top2_logprob_gap"] == pytest.approx(0.2)
 
 
 def test_bench_settings_and_records_use_llamacpp_plain_as_the_baseline():
@@ -141,3 +160,72 @@ def test_llamacpp_arms_run_in_speculate_s_interleaved_run_over_llamacpp_plain(fa
     assert args[args.index("--spec-type") + 1] == "ngram-simple"
     saved = json.loads((tmp_path / "eval" / "results.json").read_text().replace("NaN", "null"))
     assert saved["conditions"]["llamacpp"] and len(saved["records"]) == len(records)
+
+
+CONVERTER = r'''import json, sys
+args = sys.argv[1:]
+open({argfile!r}, "w").write(json.dumps(args))
+open(args[args.index("--outfile") + 1], "wb").write(b"GGUF")
+'''
+
+
+def test_gguf_export_of_a_standalone_and_of_an_eagle3_draft_and_what_llamacpp_cannot_serve(fake_llamacpp):
+    """Standalone exports convert as they are and draft with draft-simple; an EAGLE-3 export (speculators layout)
+    converts with its target's folder and drafts with draft-eagle3; Medusa has no llama.cpp form: a usage error."""
+    from eval.llamacpp import VERSION, export_gguf, spec_type_of
+    from eval.preflight import UsageError
+
+    root = fake_llamacpp / "llama.cpp" / VERSION
+    argfile = fake_llamacpp / "convert-args.json"
+    (root / "convert_hf_to_gguf.py").write_text(CONVERTER.format(argfile=str(argfile)))
+    target = fake_llamacpp / "target"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    plain, eagle3, medusa = (fake_llamacpp / n for n in ("plain", "eagle3", "medusa"))
+    for folder, kind in ((plain, None), (eagle3, "eagle3"), (medusa, "medusa")):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(
+            {"speculators_config": {"verifier": {"name_or_path": str(target)}}} if kind == "eagle3" else {}))
+        if kind:
+            (folder / "draftsmith.json").write_text(json.dumps({"draft_kind": kind}))
+    assert spec_type_of("x.gguf") == "draft-simple" and spec_type_of(str(plain)) == "draft-simple"
+    assert spec_type_of(str(eagle3)) == "draft-eagle3"
+    with pytest.raises(UsageError, match="standalone models and EAGLE-3"):
+        spec_type_of(str(medusa))
+    out = export_gguf(plain, kind="f16")
+    assert out == plain / "draft-f16.gguf" and out.read_bytes() == b"GGUF"
+    assert "--target-model-dir" not in json.loads(argfile.read_text())
+    export_gguf(eagle3, kind="q8_0")
+    args = json.loads(argfile.read_text())
+    assert args[args.index("--target-model-dir") + 1] == str(target) and (eagle3 / "draft-q8_0.gguf").is_file()
+
+
+def test_the_card_serves_the_draft_in_llamacpp_at_its_best_measured_length(tmp_path):
+    """A card without llama.cpp measurements gives the llama-server command at our decoder's gamma and says so; once
+    scripts/bench_llamacpp.py update_card=true has run, at llama.cpp's best measured draft length, with the figure.
+    An EAGLE-3 card drafts with draft-eagle3."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import bench_llamacpp
+    finally:
+        sys.path.pop(0)
+    from omegaconf import OmegaConf
+
+    from eval.card import render
+
+    before = render({"target": "t", "evaluations": [{"gamma": 3, "speedup": 1.5, "alpha": 0.6, "tau": 2.0}]}, "x")
+    assert "--spec-type draft-simple" in before and "--spec-draft-n-max 3" in before
+    assert "not in llama.cpp" in before
+    (tmp_path / "draftsmith.json").write_text(json.dumps({"target": "t"}))
+    rec = {"draft": str(tmp_path), "domain": "code", "greedy_identical": True, "accepted_per_proposed": 0.9,
+           "proposer": "draft-simple", "speedup_ci": [0.5, 0.7]}
+    records = [{"draft": "none", "proposer": "plain", "domain": "code", "tok_s": 27.0},
+               {**rec, "gamma": 1, "speedup": 0.62, "tok_s": 16.7}, {**rec, "gamma": 2, "speedup": 0.55, "tok_s": 14.9}]
+    conditions = {"target_gguf": "t.gguf", "cpu": "a CPU", "threads": 2, "engine": "llama.cpp"}
+    bench_llamacpp.update_cards(records, conditions, OmegaConf.create({"gguf_type": "q8_0"}))
+    card = (tmp_path / "README.md").read_text()
+    assert "--spec-draft-n-max 1" in card and "0.62x llama.cpp plain" in card and "16.7 against 27.0" in card
+    assert "did not pay there" in card
+    assert len(json.loads((tmp_path / "draftsmith.json").read_text())["llamacpp"]) == 2
+    assert "--spec-type draft-eagle3" in render({"draft_kind": "eagle3", "target": "t", "evaluations": []}, "x")
+    assert "llama-server" not in render({"draft_kind": "medusa", "target": "t", "evaluations": []}, "x")

@@ -258,4 +258,7 @@ def test_best_tree_buys_width_only_where_the_drafts_second_choices_are_kept_and_
     pick = best_tree(second, 0.05, flat, 4, 24)
     assert pick["branching"][:2] == [2, 2] and pick["expected_speedup"] > pick["best_chain_expected_speedup"]
     steep = [1.0 + k for k in range(40)]  # every node costs a whole target step: the tree does not pay
-    assert max(best_tree(second, 0.05, steep, 4, 24)["branching"]) == 1
+    dear = best_tree(second, 0.05, steep, 4, 24)
+    assert max(dear["branching"]) == 1 and max(dear["best_branching_tree"]) > 1
+    assert dear["best_branching_tree_expected_speedup"] < dear["expected_speedup"]
+    assert dear["top_k_hits"] == [0.5, 1.0, 1.0, 1.0]

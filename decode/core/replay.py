@@ -164,7 +164,9 @@ def best_tree(ranks: Sequence[Sequence[int]], draft_step_s: float, target_pass_s
               max_nodes: int, tolerance: float = 0.0) -> dict:
     """The static tree to decode with: every `tree_shapes` shape replayed on `ranks` and priced (`tree_step_seconds`);
     of those whose expected speedup is within `tolerance` (a fraction) of the best, the one with fewest nodes, then
-    the shallowest. Returns its branching, expected speedup, the best expected speedup and the best chain's."""
+    the shallowest. Returns its branching, expected speedup, the best expected speedup, the best chain's and the best
+    shape with a node of two children or more (what width would buy), and how often the target's token is among
+    the draft's top 1..4 (what any width can catch)."""
     scored = []
     for shape in tree_shapes(max_depth, max_nodes):
         steps = replay_tree(ranks, shape)
@@ -176,5 +178,12 @@ def best_tree(ranks: Sequence[Sequence[int]], draft_step_s: float, target_pass_s
     near = [(shape, x) for shape, x in scored if x >= top * (1 - tolerance)]
     shape, expected = min(near, key=lambda o: (len(static_tree(list(o[0]))), len(o[0])))
     chains = [x for shape_, x in scored if max(shape_) == 1]
+    trees = [(x, shape_) for shape_, x in scored if max(shape_) > 1]
+    widest = max(trees) if trees else (float("nan"), ())
+    ranks_flat = [r for path in ranks for r in path]
     return {"branching": list(shape), "expected_speedup": expected, "best_expected_speedup": top,
-            "best_chain_expected_speedup": max(chains)}
+            "best_chain_expected_speedup": max(chains), "best_branching_tree": list(widest[1]),
+            "best_branching_tree_expected_speedup": widest[0],
+            # share of positions where the target's token is among the draft's top k, k = 1..4
+            "top_k_hits": [sum(r < k for r in ranks_flat) / len(ranks_flat) if ranks_flat else float("nan")
+                           for k in range(1, 5)]}
