@@ -1,13 +1,17 @@
 """The cost model applied to llama.cpp: its own pass costs, timed by llama-bench, predict its speculative speedup.
 
-A speculative step of llama.cpp's draft-model speculation (`--spec-type draft-simple`, a fixed chain of gamma
-tokens: `--spec-draft-p-min 0`) costs gamma 1-token passes of the draft and one (gamma+1)-token pass of the target;
-plain decoding costs one 1-token target pass per token. The server reports drafted and accepted tokens, so a step
-yields 1 + gamma x accepted/drafted tokens (no i.i.d. assumption, no alpha needed). llama-bench times a k-token pass
-after `depth` tokens of context (`-p k -n 0 -d depth`), the way decoding meets it halfway through an answer.
+A speculative step of llama-server's draft-model speculation (`--spec-type draft-simple`, a fixed chain of gamma
+tokens: `--spec-draft-p-min 0`) costs, as its source does it (tools/server/server-context.cpp, `TAG_SPEC_AVOID_DRAFT_REEVAL`):
+one (gamma+1)-token target pass to verify; the same gamma+1 tokens fed once more to the draft, which re-evaluates
+every batch the target processed (its drafted tokens are dropped from its cache after drafting); then gamma 1-token
+draft passes (the newest token, then each drafted token but the last). Plain decoding costs one 1-token target pass
+per token. The server reports drafted and accepted tokens, so a step yields 1 + gamma x accepted/drafted tokens (no
+i.i.d. assumption, no alpha needed). llama-bench times a k-token pass after `depth` tokens of context
+(`-p k -n 0 -d depth`, logits for the last token only), the way decoding meets it halfway through an answer.
 
-    costs = pass_seconds(target_gguf, [1, 2, 3, 4, 5], depth=200)     # {k: seconds}
-    predicted_speedup(accepted / drafted, gamma=4, target_s=costs, draft_step_s=pass_seconds(draft, [1], 200)[1])
+    target = pass_seconds(target_gguf, [1, 2, 3, 4, 5], depth=200)     # {k: seconds}
+    draft = pass_seconds(draft_gguf, [1, 5], depth=200)
+    predicted_speedup(accepted / drafted, gamma=4, target_s=target, draft_s=draft)
 """
 
 from __future__ import annotations
@@ -24,19 +28,31 @@ def tokens_per_step(accepted_per_proposed: float, gamma: int) -> float:
     return 1.0 + gamma * accepted_per_proposed
 
 
+def step_seconds(gamma: int, target_s: dict[int, float], draft_s: dict[int, float]) -> float:
+    """One speculative step of llama-server: the target's (gamma+1)-token verify pass, the draft's re-evaluation of
+    those gamma+1 tokens, and gamma 1-token draft passes. `draft_s` needs keys 1 and gamma+1."""
+    return target_s[gamma + 1] + draft_s[gamma + 1] + gamma * draft_s[1]
+
+
 def predicted_speedup(accepted_per_proposed: float, gamma: int, target_s: dict[int, float],
-                      draft_step_s: float) -> float:
+                      draft_s: dict[int, float]) -> float:
     """Decoding speedup over plain decoding that the pass costs predict: tokens per step x one 1-token target pass
-    over what a step costs (gamma draft passes, one (gamma+1)-token target pass)."""
-    step = gamma * draft_step_s + target_s[gamma + 1]
-    return tokens_per_step(accepted_per_proposed, gamma) * target_s[1] / step
+    over what a step costs (step_seconds)."""
+    return tokens_per_step(accepted_per_proposed, gamma) * target_s[1] / step_seconds(gamma, target_s, draft_s)
 
 
-def break_even(gamma: int, target_s: dict[int, float], draft_step_s: float) -> float:
+def break_even(gamma: int, target_s: dict[int, float], draft_s: dict[int, float]) -> float:
     """The accepted/drafted share at which speculation only matches plain decoding, by the pass costs; above 1 the
     draft cannot pay at this gamma even when every drafted token is accepted."""
-    step = gamma * draft_step_s + target_s[gamma + 1]
-    return (step / target_s[1] - 1.0) / gamma
+    return (step_seconds(gamma, target_s, draft_s) / target_s[1] - 1.0) / gamma
+
+
+def break_even_draft_step(accepted_per_proposed: float, gamma: int, target_s: dict[int, float],
+                          draft_s: dict[int, float]) -> float:
+    """The most a 1-token draft pass may cost for speculation at this acceptance to match plain decoding, the draft's
+    (gamma+1)-token re-run scaling with it as this draft's does; at most 0 when even a free draft cannot pay."""
+    rerun = draft_s[gamma + 1] / draft_s[1] if draft_s[1] > 0 else 1.0
+    return (tokens_per_step(accepted_per_proposed, gamma) * target_s[1] - target_s[gamma + 1]) / (rerun + gamma)
 
 
 def parse_bench(text: str) -> dict[int, float]:

@@ -76,31 +76,35 @@ def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dic
 
 
 def add_cost_model(cfg: DictConfig, records: list[dict], target, servers: list[dict], prompts: list) -> None:
-    """Time llama.cpp's k-token target passes and each draft's 1-token pass with llama-bench (after the servers have
+    """Time llama.cpp's k-token passes of the target and of each draft with llama-bench (after the servers have
     stopped timing), at the context length decoding meets halfway through an answer; give each draft-model record
     the speedup they predict (eval/llamacpp_costs.py) beside its measured speedup of decoding alone (prefill out)."""
-    from eval.llamacpp_costs import break_even, pass_seconds, predicted_speedup
+    from eval.llamacpp_costs import break_even, break_even_draft_step, pass_seconds, predicted_speedup
 
     depth = int(sum(map(len, prompts)) / len(prompts)) + cfg.max_new_tokens // 2
     ks = sorted({1} | {int(g) + 1 for g in cfg.draft_max})
     target_s = pass_seconds(target, ks, depth, cfg.threads, cache_dir=cfg.cache_dir)
     drafts = {s["draft"]: gguf_of(s["draft"], cfg.gguf_type, cfg.cache_dir) for s in servers
               if s["draft"] and s["spec_type"] == "draft-simple"}  # an EAGLE-3 head has no pass of its own to time
-    draft_s = {d: pass_seconds(g, [1], depth, cfg.threads, cache_dir=cfg.cache_dir)[1] for d, g in drafts.items()}
+    draft_s = {d: pass_seconds(g, ks, depth, cfg.threads, cache_dir=cfg.cache_dir) for d, g in drafts.items()}
     by_domain = {r["domain"]: r for r in records if r["proposer"] == "plain"}
     for r in records:
         plain = by_domain[r["domain"]]
         r["decode_speedup"] = r["decode_tok_s"] / plain["decode_tok_s"]
         r["llamacpp_costs"] = {"depth": depth, "target_pass_s": target_s}
         if r["proposer"] == "draft-simple":
-            r["cost_ratio_c"] = draft_s[r["draft"]] / target_s[1]
-            r["llamacpp_costs"]["draft_step_s"] = draft_s[r["draft"]]
+            r["cost_ratio_c"] = draft_s[r["draft"]][1] / target_s[1]
+            r["llamacpp_costs"]["draft_step_s"] = draft_s[r["draft"]][1]
+            r["llamacpp_costs"]["draft_pass_s"] = draft_s[r["draft"]]  # k-token passes: the verify batch's re-run
             r["hardware_expected_speedup"] = predicted_speedup(r["accepted_per_proposed"], r["gamma"], target_s,
                                                                draft_s[r["draft"]])
             r["cost_model_error"] = r["hardware_expected_speedup"] / r["decode_speedup"] - 1
             # which drafts can pay at all here: the share of drafts to accept for 1x, and the speedup if all were
             r["break_even_accepted_per_proposed"] = break_even(r["gamma"], target_s, draft_s[r["draft"]])
             r["speedup_if_all_accepted"] = predicted_speedup(1.0, r["gamma"], target_s, draft_s[r["draft"]])
+            # and the dearest draft step that would pay at this acceptance (this draft's own step: draft_step_s)
+            r["break_even_draft_step_s"] = break_even_draft_step(r["accepted_per_proposed"], r["gamma"], target_s,
+                                                                 draft_s[r["draft"]])
 
 
 def explain_differences(plain, records: list[dict], prompts: list, outputs: list, base: list) -> None:

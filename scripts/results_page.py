@@ -151,6 +151,17 @@ def llamacpp_table(data: dict, labels: dict) -> list[str]:
                     f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
                     + (f"| {fx(r.get('decode_speedup'))} | {fx(r.get('hardware_expected_speedup'))} " if costs else "")
                     + f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    paying = [r for r in data["records"] if "break_even_accepted_per_proposed" in r]
+    if paying:
+        rows += ["", "Where a draft can pay at all, from llama.cpp's own pass costs (eval/llamacpp_costs.py):", "",
+                 "| draft | γ | accepted/proposed | needed to match plain | speedup if all accepted "
+                 "| its 1-token step | the dearest step that would match plain |", "|---|---|---|---|---|---|---|"]
+        for r in paying:
+            dearest = r.get("break_even_draft_step_s")
+            rows.append(f"| {draft_label(r['draft'], labels)} | {r['gamma']} | {f3(r['accepted_per_proposed'])} "
+                        f"| {f3(r['break_even_accepted_per_proposed'])} | {fx(r['speedup_if_all_accepted'])} "
+                        f"| {r['llamacpp_costs']['draft_step_s'] * 1e3:.1f} ms "
+                        f"| {'–' if dearest is None else ('none' if dearest <= 0 else f'{dearest * 1e3:.1f} ms')} |")
     return rows
 
 
