@@ -275,7 +275,12 @@ def check_generate(cfg: DictConfig) -> None:
             raise UsageError("engine=speculative needs a draft: speculative.draft=<folder or embedded:name> sharing the "
                              "target's vocabulary, e.g. embedded:qwen2.5-coder-0.5b-instruct.")
         number_in(cfg.speculative.gamma, "speculative.gamma", 1, integer=True)
+        if cfg.speculative.get("draft_quant", "none") not in ("none", "int8", "int4", "auto"):
+            raise UsageError(f"speculative.draft_quant must be none, int8, int4 or auto, got "
+                             f"{cfg.speculative.draft_quant!r}.")
         model_folder(cfg.speculative.draft, "speculative.draft", cfg.get("cache_dir"))
+    if cfg.get("cpu_matmul", "torch") not in ("torch", "prepacked", "auto"):
+        raise UsageError(f"cpu_matmul must be torch, prepacked or auto, got {cfg.cpu_matmul!r}.")
     writable_dir(Path(str(cfg.out)).expanduser().parent, "out")
 
 

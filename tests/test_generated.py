@@ -126,14 +126,16 @@ def test_a_store_never_mixes_greedy_and_sampled_answers(tmp_path, tiny_target_di
     assert json.loads(settings_file(sampled).read_text())["temperature"] == 1.0 and len(done_prompts(sampled)) == 2
 
 
-def test_the_speculative_engine_writes_the_targets_own_answers(tmp_path, tiny_target_dir, tiny_draft_dir):
-    """engine=speculative (our batched speculative decoder with a draft): each answer is the target's greedy answer
-    alone at batch 1, the same as the store would hold from target-only decoding."""
+@pytest.mark.parametrize("quant", ["none", "int8"])
+def test_the_speculative_engine_writes_the_targets_own_answers(tmp_path, tiny_target_dir, tiny_draft_dir, quant):
+    """engine=speculative (our batched speculative decoder with a draft, its weights quantized or not): each answer
+    is the target's greedy answer alone at batch 1, the same as the store would hold from target-only decoding."""
     from decode.core.speculative import NoProposer, generate
     from decode.models.loading import eos_token_ids, load_frozen, load_tokenizer
 
     out = generate_store(gen_cfg(tmp_path, tiny_target_dir, "engine=speculative",
-                                 f"speculative.draft={tiny_draft_dir}", "speculative.gamma=2", "batch_size=3"))
+                                 f"speculative.draft={tiny_draft_dir}", "speculative.gamma=2", "batch_size=3",
+                                 f"speculative.draft_quant={quant}"))
     records = [json.loads(line)["messages"] for line in out.read_text().splitlines()]
     tokenizer, target = load_tokenizer(str(tiny_target_dir)), load_frozen(str(tiny_target_dir))
     for user, assistant in records:
@@ -142,3 +144,18 @@ def test_the_speculative_engine_writes_the_targets_own_answers(tmp_path, tiny_ta
         alone = generate(target, NoProposer(), ids, 0, 6, eos_token_ids=eos_token_ids(tokenizer, target)).tokens
         assert assistant["content"] == tokenizer.decode(alone, skip_special_tokens=True).strip()
     assert len(records) == 5
+
+
+@pytest.mark.parametrize("engine", ["generate", "speculative"])
+def test_prepacked_matmuls_answer_every_prompt_and_leave_the_models_as_they_were(tmp_path, tiny_target_dir,
+                                                                                 tiny_draft_dir, engine):
+    """cpu_matmul=prepacked: both engines answer with oneDNN's packed layout inside the run, plain layers after."""
+    import torch.nn as nn
+
+    from decode.models.loading import load_frozen, load_tokenizer
+
+    target, tokenizer = load_frozen(str(tiny_target_dir)), load_tokenizer(str(tiny_target_dir))
+    out = generate_store(gen_cfg(tmp_path, tiny_target_dir, f"engine={engine}", f"speculative.draft={tiny_draft_dir}",
+                                 "cpu_matmul=prepacked"), target=target, tokenizer=tokenizer)
+    assert len(done_prompts(out)) == 5
+    assert all(type(m) is nn.Linear for m in target.modules() if isinstance(m, nn.Linear))

@@ -127,6 +127,7 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
                                      "max_new_tokens": gen.max_new_tokens, "temperature": temperature, "top_p": None,
                                      "seed": seed, "threads": None, "out": str(store),
                                      "engine": gen.get("engine", "generate"),
+                                     "cpu_matmul": gen.get("cpu_matmul", "torch"),
                                      "speculative": gen.get("speculative") or {"draft": None, "gamma": 3}})
         missing = missing_prompts(domain, gen.n_prompts, seed, store)
         check_store_settings(store, store_settings(settings), adding=bool(missing))  # greedy, sampled never mix

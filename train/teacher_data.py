@@ -14,8 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from data.checks import UsageError
 from data.generated import append_records, check_store_settings, domain_prompts, done_prompts, drop_torn_tail
-from decode.models.loading import load_frozen, load_tokenizer
+from decode.drafts.quantize import quantize_draft
+from decode.kernels.fast_linear import fast_cpu_linears
 from decode.kernels.runtime import setup_cpu
+from decode.models.loading import load_frozen, load_tokenizer
 
 log = logging.getLogger("draftsmith.generate")
 
@@ -64,9 +66,10 @@ def missing_prompts(prompts_from: str, n_prompts: int, seed: int, store: Path) -
     return [p for p in domain_prompts(prompts_from, n_prompts, seed) if p not in done]
 
 
-def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
+def generate_store(cfg: DictConfig, target=None, tokenizer=None, stats: dict | None = None) -> Path:
     """Answer the domain's prompts not yet in the store; returns the store's path. Pass an already loaded
-    target and tokenizer to reuse them (train/distill.py does), or they are loaded from cfg.target."""
+    target and tokenizer to reuse them (train/distill.py does), or they are loaded from cfg.target; `stats`, when
+    given, gets what this call answered (answers, answer_tokens, seconds: model loading left out)."""
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     if cfg.batch_size < 1 or cfg.n_prompts < 1 or cfg.max_new_tokens < 1 or cfg.temperature < 0:
         raise UsageError("batch_size, n_prompts, max_new_tokens must be >= 1 and temperature >= 0.")
@@ -86,15 +89,23 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None) -> Path:
         if draft.get_output_embeddings().weight.shape[0] != target.get_output_embeddings().weight.shape[0]:
             raise UsageError(f"speculative.draft={cfg.speculative.draft} does not share the target's vocabulary. "
                              "Fix: a draft of the target's family (the same tokenizer), or engine=generate.")
+        if cfg.speculative.get("draft_quant", "none") != "none":
+            draft, _ = quantize_draft(draft, cfg.speculative.draft_quant, copy=False)
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # prompts end where answers start
+    models = [target] + ([draft] if draft is not None else [])
+    # one step's rows: a batch of new tokens, or of the gamma+1 tokens a speculative step verifies
+    rows = cfg.batch_size * (int(cfg.speculative.gamma) + 1 if draft is not None else 1)
     try:
-        _answer_all(target, tokenizer, todo, cfg, out, draft)
+        with fast_cpu_linears(models, rows, cfg.get("cpu_matmul", "torch")):
+            done = _answer_all(target, tokenizer, todo, cfg, out, draft)
+        if stats is not None:
+            stats.update(done)
     finally:
         tokenizer.padding_side = padding_side
     return out
 
 
-def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path, draft=None) -> None:
+def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path, draft=None) -> dict:
     started, answered_tokens = time.time(), 0
     columns = [TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeRemainingColumn()]
@@ -111,3 +122,4 @@ def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path, 
     print(f"wrote {out} ({len(done_prompts(out))} records, {answered_tokens} new answer tokens in {seconds:.0f} s: "
           f"{len(todo) / seconds * 3600:.0f} answers/hour, {answered_tokens / seconds:.1f} answer tokens/s, engine "
           f"{cfg.get('engine', 'generate')})")
+    return {"answers": len(todo), "answer_tokens": answered_tokens, "seconds": seconds}
