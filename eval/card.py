@@ -166,6 +166,7 @@ def render(info: dict, name: str) -> str:
     else:
         lines += ["Not measured yet: run `python eval/speculate.py drafts=[<this folder>] update_card=true`."]
     lines += _provenance_lines(evals, info.get("weights_sha256"))
+    lines += _batch_lines(info.get("batches") or [])
     lines += _policy_lines(info.get("serving_policy"))
     if info.get("draft_kind") in FEATURE_USAGE:
         lines += _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target))
@@ -202,6 +203,30 @@ FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over
                  "eagle3": ("an EAGLE-3 draft: one decoder layer over the inputs of a few of the target's layers, in the "
                             "`speculators` layout (`speculators_model_type: eagle3`)", "eagle3"),
                  "medusa": ("Medusa heads on the target's last hidden state, in vLLM's Medusa layout", "medusa")}
+
+
+def _batch_lines(batches: list[dict]) -> list[str]:
+    """Where speculation with this draft stops paying as the batch grows (eval/batches.py): per domain, temperature
+    and gamma, the largest batch size whose measured interval stays above 1, then the speedup at each batch size."""
+    if not batches:
+        return []
+    lines = ["", "## Batch sizes", "",
+             "Serving several requests at once turns each pass compute-bound, so speculation's gain shrinks with the "
+             "batch. Measured (`eval/speculate.py batch_size=[...]`, speedup over target-only decoding at the same "
+             f"batch size, {batches[0].get('device', 'cpu')}, {batches[0].get('threads', '?')} threads):", ""]
+    series = {}
+    for b in batches:
+        series.setdefault((b["domain"], b["temperature"], b["gamma"]), []).append(b)
+    for (domain, t, gamma), rows in series.items():
+        rows = sorted(rows, key=lambda b: b["batch_size"])
+        paying = [b["batch_size"] for b in rows if b["speedup_ci"][0] > 1]
+        verdict = (f"pays up to batch {max(paying)}" if paying else "pays at no batch size measured")
+        stops = next((b["batch_size"] for b in rows if b["speedup_ci"][0] <= 1), None)
+        each = ", ".join(f"{b['batch_size']}: {b['speedup']:.2f}x [{b['speedup_ci'][0]:.2f}, {b['speedup_ci'][1]:.2f}]"
+                         for b in rows)
+        lines.append(f"- {domain}, T={t:g}, gamma={gamma}: {verdict}"
+                     + (f", stops paying at batch {stops}" if stops and paying else "") + f" ({each}).")
+    return lines + [""]
 
 
 def _llamacpp_lines(info: dict, gamma: int, spec_type: str = "draft-simple") -> list[str]:
@@ -326,7 +351,7 @@ def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0, schedu
 
 
 def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None,
-               name: str | None = None, llamacpp: list[dict] | None = None) -> Path:
+               name: str | None = None, llamacpp: list[dict] | None = None, batches: list[dict] | None = None) -> Path:
     """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically.
     `name` titles the card when draftsmith.json has no run_name (default: the folder's name). Once something is
     measured, the folder's generation_config.json drafts the card's gamma too (set_assistant_gamma)."""
@@ -337,7 +362,9 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         info["evaluations"] = (info.get("evaluations") or []) + list(new_evaluations)
     if llamacpp:  # measurements in llama.cpp (scripts/bench_llamacpp.py update_card=true): the latest run's
         info["llamacpp"] = list(llamacpp)
-    if new_evaluations or llamacpp:
+    if batches:  # speculation against batch size (eval/speculate.py batch_size=[...] update_card=true): the latest
+        info["batches"] = list(batches)
+    if new_evaluations or llamacpp or batches:
         tmp = info_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)

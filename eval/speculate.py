@@ -672,6 +672,14 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                 records = measure_batches(cfg, tokenizer, target, drafts, gammas, eos, conditions)
                 files = write_batch_report(records, conditions, Path(cfg.out))
                 print(batch_table(records) + f"\nwrote {', '.join(str(p) for p in files.values())}")
+                if cfg.update_card:  # each local draft's card says where speculation stops paying
+                    keep = ("domain", "temperature", "gamma", "batch_size", "speedup", "speedup_ci",
+                            "hardware_expected_speedup", "tok_s", "target_tok_s", "greedy_identical")
+                    for name in (n for n in drafts if Path(n).is_dir()):
+                        rows = [{**{k: r[k] for k in keep}, "device": conditions["device"],
+                                 "threads": conditions["threads"], "target": cfg.target}
+                                for r in records if r["draft"] == name]
+                        print(f"model card updated: {write_card(name, batches=rows)}")
                 return records
             if cfg.get("policy") == "auto":
                 records = auto_policy(cfg, tokenizer, target, drafts, gammas, rows, eos, conditions, hf_drafts)

@@ -101,20 +101,26 @@ def test_speculate_measures_speedup_against_batch_size(tmp_path, tiny_target_dir
     """eval/speculate.py batch_size=[1,2]: a record per batch size, each over target-only at the same batch size,
     with the cost model's expectation, greedy output identical to batch 1's; table, JSON and plot written."""
     import json
+    import shutil
 
     from eval.speculate import evaluate
     from test_eval import eval_cfg
 
-    cfg = eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "batch_size=[1,2]", "n_prompts=4",
-                   "domains=[general]", "repeats=1", "reference_draft=null")
+    draft = tmp_path / "draft"
+    shutil.copytree(tiny_draft_dir, draft)  # update_card writes into the folder
+    cfg = eval_cfg(tmp_path, tiny_target_dir, [draft], "gamma=[2]", "batch_size=[1,2]", "n_prompts=4",
+                   "domains=[general]", "repeats=1", "reference_draft=null", "update_card=true")
     records = evaluate(cfg)
+    card = (draft / "README.md").read_text()  # the card says where speculation stops paying
+    assert "## Batch sizes" in card and "gamma=2" in card and "1: " in card and "2: " in card
+    assert [b["batch_size"] for b in json.loads((draft / "draftsmith.json").read_text())["batches"]] == [1, 2]
     assert [r["batch_size"] for r in records] == [1, 2]
     for r in records:
         assert r["speedup_over"] == f"draftsmith target-only at batch {r['batch_size']}" and r["greedy_identical"]
         assert r["groups"] == 4 // r["batch_size"] and r["speedup_ci"][0] <= r["speedup"] <= r["speedup_ci"][1]
         assert r["hardware_expected_speedup"] > 0 and 0 <= r["alpha"] <= 1
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
-    assert set(saved["conditions"]["batch_costs"]) == {f"{tiny_draft_dir}@1", f"{tiny_draft_dir}@2"}
+    assert set(saved["conditions"]["batch_costs"]) == {f"{draft}@1", f"{draft}@2"}
     assert (tmp_path / "eval" / "speedup_vs_batch.png").stat().st_size > 0
     assert "| 2 |" in (tmp_path / "eval" / "results.md").read_text()
 
@@ -128,3 +134,15 @@ def test_bad_batch_settings_fail_before_loading(tmp_path, extra, match):
     cfg = eval_cfg(tmp_path, "no-such-target", ["no-such-draft"], "batch_size=[1,4]", "gamma=[2]", *extra.split())
     with pytest.raises(ValueError, match=match):
         evaluate(cfg)
+
+
+def test_the_card_names_the_largest_batch_where_speculation_still_pays():
+    from eval.card import _batch_lines
+
+    rows = [{"domain": "medical", "temperature": 0.0, "gamma": 3, "batch_size": b, "speedup": x, "speedup_ci": ci,
+             "device": "cpu", "threads": 2} for b, x, ci in ((1, 1.6, [1.5, 1.7]), (2, 1.38, [1.3, 1.45]),
+                                                            (4, 1.03, [0.98, 1.08]), (8, 0.84, [0.8, 0.9]))]
+    text = "\n".join(_batch_lines(rows))
+    assert "pays up to batch 2, stops paying at batch 4" in text and "8: 0.84x [0.80, 0.90]" in text
+    never = [{**r, "speedup_ci": [0.8, 0.99]} for r in rows]
+    assert "pays at no batch size measured" in "\n".join(_batch_lines(never)) and _batch_lines([]) == []

@@ -2,7 +2,7 @@
 generate() (what scripts/generate_data.py does by default) beside our batched speculative decoder with the 0.5B,
 each setting with its own fresh store, taking turns in rounds (each round adds the next prompts to every store).
 
-    make setup-qwen && python bench/data/data-engine-qwen/measure.py      # from the repository root
+    make setup-qwen && python bench/training/data-engine-qwen/measure.py      # from the repository root
 
 Writes results.json and results.md beside this file. Greedy answers: every store should hold the same text, so the
 share of answers identical to the first setting's is reported too.
