@@ -6,6 +6,7 @@ the same templates."""
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Iterator
 
@@ -46,3 +47,22 @@ def code_prompts(evaluation: bool = False) -> Iterator[str]:
             name, args, doc = m.group(1), " ".join(m.group(2).split()), _first_sentence(m.group(3))
             if doc and not name.startswith("_"):
                 yield f"Write a Python function `{name}({args})`. {doc}"
+
+
+def code_member_prompts(evaluation: bool = False) -> Iterator[str]:
+    """More code prompts from the same modules, for where code_prompts runs out: "Write a Python class `Name`.
+    <first docstring sentence>" for public top-level classes and "Write the method `Class.name(args)` of a Python
+    class. <sentence>" for their public methods, from the training side's modules (or the held-out ones)."""
+    for path in stdlib_files(evaluation):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")):
+            doc = _first_sentence(ast.get_docstring(cls) or "")
+            if doc:
+                yield f"Write a Python class `{cls.name}`. {doc}"
+            for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")):
+                doc = _first_sentence(ast.get_docstring(fn) or "")
+                if doc:
+                    yield f"Write the method `{cls.name}.{fn.name}({ast.unparse(fn.args)})` of a Python class. {doc}"

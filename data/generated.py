@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from data.checks import UsageError, torn_tail
-from data.corpus_prompts import code_prompts, medical_prompts
+from data.corpus_prompts import code_member_prompts, code_prompts, medical_prompts
 from data.prompts import reserved_prompts
 
 log = logging.getLogger("draftsmith.generated")
@@ -89,21 +89,42 @@ PROMPT_SOURCES = {"general": general_prompts, "everyday": everyday_prompts, "med
                   "code": code_prompts}
 
 
+# Where a domain's set above runs out, more prompts from the same corpora (issue #43: stores of 2,000 answers; the
+# code set holds 677): drawn only after every prompt of the set above, each tier shuffled on its own, so a domain's
+# first prompts, and the stores built from them, stay what they were.
+MORE_PROMPTS = {"code": [code_member_prompts]}
+
+
 def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:
     """n distinct training prompts for `domain`, shuffled deterministically, never an evaluation prompt."""
     if domain not in PROMPT_SOURCES:
         raise UsageError(f"Unknown domain '{domain}' for generated data. Choose one of: {', '.join(PROMPT_SOURCES)}.")
-    prompts = list(candidate_prompts(domain))
-    random.Random(seed).shuffle(prompts)
-    return prompts[:n]
+    out: list[str] = []
+    for tier in candidate_tiers(domain):
+        prompts = list(tier)
+        random.Random(seed).shuffle(prompts)
+        out += prompts
+        if len(out) >= n:
+            break
+    return out[:n]
 
 
 @functools.lru_cache(maxsize=None)
+def candidate_tiers(domain: str) -> tuple[tuple[str, ...], ...]:
+    """Every distinct training prompt of `domain` in corpus order, per tier (the set, then MORE_PROMPTS), read once
+    per process (the medical corpora take seconds to parse). Built from the training side of the corpora; any
+    evaluation prompt is dropped as well."""
+    reserved, seen, tiers = reserved_prompts(), set(), []
+    for source in (PROMPT_SOURCES[domain], *MORE_PROMPTS.get(domain, [])):
+        tier = tuple(p for p in dict.fromkeys(source()) if p not in reserved and p not in seen)
+        seen.update(tier)
+        tiers.append(tier)
+    return tuple(tiers)
+
+
 def candidate_prompts(domain: str) -> tuple[str, ...]:
-    """Every distinct training prompt of `domain`, in corpus order (read once per process: the medical corpora take
-    seconds to parse). Built from the training side of the corpora; any evaluation prompt is dropped as well."""
-    reserved = reserved_prompts()
-    return tuple(p for p in dict.fromkeys(PROMPT_SOURCES[domain]()) if p not in reserved)
+    """Every distinct training prompt of `domain`, tier after tier."""
+    return tuple(p for tier in candidate_tiers(domain) for p in tier)
 
 
 def done_prompts(path: Path) -> set[str]:

@@ -19,6 +19,24 @@ def test_domain_prompts_are_distinct_and_deterministic(domain):
     assert prompts == domain_prompts(domain, 50, seed=3) != domain_prompts(domain, 50, seed=4)
 
 
+def test_code_prompts_reach_2000_and_the_first_ones_stay_what_they_were():
+    """Past the 677 function prompts come classes and methods of the same training-side modules; a domain's first
+    prompts do not move when a tier is added (stores built from them stay valid)."""
+    import random
+
+    from data.corpus_prompts import code_member_prompts, code_prompts
+    from data.generated import candidate_tiers
+
+    functions, members = candidate_tiers("code")
+    assert set(functions) <= set(code_prompts()) and set(members) <= set(code_member_prompts())
+    alone = list(functions)
+    random.Random(0).shuffle(alone)
+    assert domain_prompts("code", len(functions)) == alone  # as before the second tier existed
+    more = domain_prompts("code", 2000)
+    assert len(set(more)) == 2000 and more[:len(functions)] == alone
+    assert all(p.startswith(("Write a Python class", "Write the method")) for p in more[len(functions):])
+
+
 def test_training_prompts_never_overlap_evaluation_prompts():
     every_eval = {p for d in DOMAINS for p in evaluation_prompts(d)}
     for domain in PROMPT_SOURCES:
