@@ -207,7 +207,7 @@ FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over
 
 def _batch_lines(batches: list[dict]) -> list[str]:
     """Where speculation with this draft stops paying as the batch grows (eval/batches.py): per domain, temperature
-    and gamma, the largest batch size whose measured interval stays above 1, then the speedup at each batch size."""
+    and gamma, the batch sizes up to the first whose measured interval reaches 1, then the speedup at each."""
     if not batches:
         return []
     lines = ["", "## Batch sizes", "",
@@ -219,9 +219,9 @@ def _batch_lines(batches: list[dict]) -> list[str]:
         series.setdefault((b["domain"], b["temperature"], b["gamma"]), []).append(b)
     for (domain, t, gamma), rows in series.items():
         rows = sorted(rows, key=lambda b: b["batch_size"])
-        paying = [b["batch_size"] for b in rows if b["speedup_ci"][0] > 1]
+        stops = next((b["batch_size"] for b in rows if b["speedup_ci"][0] <= 1), None)  # the first that does not pay
+        paying = [b["batch_size"] for b in rows if stops is None or b["batch_size"] < stops]
         verdict = (f"pays up to batch {max(paying)}" if paying else "pays at no batch size measured")
-        stops = next((b["batch_size"] for b in rows if b["speedup_ci"][0] <= 1), None)
         each = ", ".join(f"{b['batch_size']}: {b['speedup']:.2f}x [{b['speedup_ci'][0]:.2f}, {b['speedup_ci'][1]:.2f}]"
                          for b in rows)
         lines.append(f"- {domain}, T={t:g}, gamma={gamma}: {verdict}"

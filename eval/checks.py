@@ -279,8 +279,8 @@ def check_generate(cfg: DictConfig) -> None:
             raise UsageError(f"speculative.draft_quant must be none, int8, int4 or auto, got "
                              f"{cfg.speculative.draft_quant!r}.")
         model_folder(cfg.speculative.draft, "speculative.draft", cfg.get("cache_dir"))
-    if cfg.get("cpu_matmul", "torch") not in ("torch", "prepacked", "auto"):
-        raise UsageError(f"cpu_matmul must be torch, prepacked or auto, got {cfg.cpu_matmul!r}.")
+    if cfg.get("cpu_matmul", "torch") not in ("torch", "prepacked"):  # auto would time every row count of a batch
+        raise UsageError(f"cpu_matmul must be torch or prepacked, got {cfg.cpu_matmul!r}.")
     writable_dir(Path(str(cfg.out)).expanduser().parent, "out")
 
 

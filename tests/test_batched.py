@@ -144,5 +144,7 @@ def test_the_card_names_the_largest_batch_where_speculation_still_pays():
                                                             (4, 1.03, [0.98, 1.08]), (8, 0.84, [0.8, 0.9]))]
     text = "\n".join(_batch_lines(rows))
     assert "pays up to batch 2, stops paying at batch 4" in text and "8: 0.84x [0.80, 0.90]" in text
+    gap = [{**r, "speedup_ci": [0.9, 1.1]} if r["batch_size"] == 2 else r for r in rows]  # pays at 1, not at 2
+    assert "pays up to batch 1, stops paying at batch 2" in "\n".join(_batch_lines(gap))
     never = [{**r, "speedup_ci": [0.8, 0.99]} for r in rows]
     assert "pays at no batch size measured" in "\n".join(_batch_lines(never)) and _batch_lines([]) == []

@@ -138,6 +138,8 @@ def check_generate(cfg: DictConfig) -> None:
     for key in ("n_prompts", "batch_size", "max_new_tokens"):
         number_in(gen[key], f"data.generate.{key}", 1, integer=True)
     number_in(gen.temperature, "data.generate.temperature", 0)
+    if gen.get("cpu_matmul", "torch") not in ("torch", "prepacked"):
+        raise UsageError(f"data.generate.cpu_matmul must be torch or prepacked, got {gen.cpu_matmul!r}.")
 
 
 def check_spec_eval(cfg: DictConfig) -> None:
