@@ -122,11 +122,6 @@ def candidate_tiers(domain: str) -> tuple[tuple[str, ...], ...]:
     return tuple(tiers)
 
 
-def candidate_prompts(domain: str) -> tuple[str, ...]:
-    """Every distinct training prompt of `domain`, tier after tier."""
-    return tuple(p for tier in candidate_tiers(domain) for p in tier)
-
-
 def done_prompts(path: Path) -> set[str]:
     """Prompts already answered in a JSONL store (a torn last line from a crash is ignored)."""
     done = set()
