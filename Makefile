@@ -39,7 +39,6 @@ setup-deepspeed: $(STAMP)
 # $(DRAFTSMITH_CACHE)/llama.cpp/ (cmake, ninja and g++ needed; a few minutes on 2 cores).
 setup-llamacpp: $(STAMP)
 	bash scripts/setup_llamacpp.sh $(PY)
-	$(PY) -m pip install -q sentencepiece==0.2.3   # convert_hf_to_gguf.py imports it for Llama-family tokenizers
 
 demo: $(STAMP)
 	$(PY) train/distill.py $(ARGS)
