@@ -153,13 +153,20 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def markdown(records: list[dict]) -> str:
-    """Drafts as rows, (domain, T) as columns: alpha_tf ± standard error."""
+    """Drafts as rows, (domain, T) as columns: alpha_tf ± standard error, and for every draft after the first its
+    paired difference from the first (the same continuations scored by both)."""
     cols = sorted({(r["domain"], r["temperature"]) for r in records}, key=lambda c: (c[1], c[0]))
     lines = ["| draft | " + " | ".join(f"α_tf {d} T={t:g}" for d, t in cols) + " |", "|---|" + "---|" * len(cols)]
+
+    def cell(r: dict) -> str:
+        over = r.get("over_first_draft")
+        paired = f" ({over['diff']:+.3f} ± {over['stderr']:.3f} paired)" if over else ""
+        return f"{r['alpha_tf']:.3f} ± {r['alpha_tf_stderr']:.3f}{paired}"
+
     for draft in dict.fromkeys(r["draft"] for r in records):
         cells = {(r["domain"], r["temperature"]): r for r in records if r["draft"] == draft}
         lines.append(f"| {Path(draft).parent.name}/{Path(draft).name} | " + " | ".join(
-            f"{cells[c]['alpha_tf']:.3f} ± {cells[c]['alpha_tf_stderr']:.3f}" if c in cells else "" for c in cols) + " |")
+            cell(cells[c]) if c in cells else "" for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -195,14 +202,15 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                   "target": str(cfg.target), "dtype": cfg.dtype, "draft_dtype": cfg.draft_dtype or cfg.dtype,
                   "device": str(target.device), "max_new_tokens": cfg.max_new_tokens,
                   "samples_per_prompt": cfg.samples_per_prompt, "top_k": cfg.top_k, "top_p": cfg.top_p,
-                  "seed": cfg.seed, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                  "split": cfg.split, "seed": cfg.seed, "threads": torch.get_num_threads(), "torch": torch.__version__,
                   "transformers": __import__("transformers").__version__,
                   "cpu": platform.processor() or platform.machine()}
     out = Path(cfg.out)
     records = []
     with grid_progress() as progress, partial_on_error(out):
         for domain in cfg.domains:
-            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file)]
+            prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file,
+                                                                                      cfg.split)]
             for temperature in cfg.temperature:
                 temperature = float(temperature)
                 repeats = 1 if temperature == 0 else cfg.samples_per_prompt  # greedy continuations are all alike
@@ -212,6 +220,7 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                     sequences += list(zip(prompts, conts))
                 task = progress.add_task(f"{domain} T={temperature:g}", total=len(sequences))
                 acc = score(target, drafts, sequences, temperature, cfg, progress, task)
+                reference = next(iter(acc.values()))  # the first draft listed: what the others are compared with
                 for name, a in acc.items():
                     alpha, stderr = ratio_and_stderr(a["sums"], a["counts"])
                     records.append({"draft": name, "domain": domain, "temperature": temperature,
@@ -219,7 +228,10 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                                     "positions": sum(a["counts"]), "alpha_tf": alpha, "alpha_tf_stderr": stderr,
                                     "accept_by_entropy": by_entropy(a["entropies"], a["betas"]),
                                     # per sequence, in the same order for every draft: paired comparisons
-                                    "beta_sums": a["sums"], "lengths": a["counts"]})
+                                    "beta_sums": a["sums"], "lengths": a["counts"],
+                                    "over_first_draft": None if a is reference else dict(zip(
+                                        ("diff", "stderr"), paired_difference(a["sums"], reference["sums"],
+                                                                              a["counts"])))})
                     log.info("%s %s T=%g: alpha_tf %.3f ± %.3f over %d positions", name, domain, temperature,
                              alpha, stderr, sum(a["counts"]))
                 write_partial(records, conditions, out)  # a crash or Ctrl-C keeps the blocks measured so far

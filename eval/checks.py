@@ -205,6 +205,8 @@ def check_acceptance(cfg: DictConfig) -> None:
         number_in(t, "temperature", 0)
     for key in ("n_prompts", "samples_per_prompt", "max_new_tokens", "batch_size"):
         number_in(cfg[key], key, 1, integer=True)
+    if cfg.split not in ("tune", "test"):
+        raise UsageError(f"split must be test (the reported numbers) or tune (for choosing), got {cfg.split!r}.")
     check_prompts_source(cfg)
     check_models(cfg)
     writable_dir(cfg.out, "out")

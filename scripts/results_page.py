@@ -112,10 +112,14 @@ def row_label(r: dict, labels: dict) -> str:
 
 
 def acceptance_table(data: dict, labels: dict) -> list[str]:
-    rows = ["| draft | domain | T | α_tf ± standard error | positions |", "|---|---|---|---|---|"]
+    paired = any(r.get("over_first_draft") for r in data["records"])  # newer runs: each draft against the first
+    rows = ["| draft | domain | T | α_tf ± standard error | positions |" + (" − the first draft, paired |" if paired else ""),
+            "|---|---|---|---|---|" + ("---|" if paired else "")]
     for r in data["records"]:
+        over = r.get("over_first_draft")
         rows.append(f"| {draft_label(r['draft'], labels)} | {r['domain']} | {r['temperature']:g} "
-                    f"| {f3(r['alpha_tf'])} ± {f3(r.get('alpha_tf_stderr'))} | {r.get('positions', '–')} |")
+                    f"| {f3(r['alpha_tf'])} ± {f3(r.get('alpha_tf_stderr'))} | {r.get('positions', '–')} |"
+                    + ((f" {over['diff']:+.3f} ± {over['stderr']:.3f} |" if over else " reference |") if paired else ""))
     return rows
 
 

@@ -32,9 +32,13 @@ def test_end_to_end_files_and_self_draft(tmp_path, tiny_target_dir, tokenizer):
         assert sum(b["n"] for b in r["accept_by_entropy"]) == r["positions"]
         assert sum(r["lengths"]) == r["positions"] and len(r["beta_sums"]) == r["n_sequences"]
         if r["draft"] == str(tiny_target_dir):  # draft == target accepts everything
-            assert r["alpha_tf"] == pytest.approx(1.0, abs=1e-5)
+            assert r["alpha_tf"] == pytest.approx(1.0, abs=1e-5) and r["over_first_draft"] is None  # the reference
         else:
             assert 0 <= r["alpha_tf"] < 1
+            ref = next(x for x in records if x["draft"] == str(tiny_target_dir) and x["domain"] == r["domain"]
+                       and x["temperature"] == r["temperature"])
+            assert r["over_first_draft"]["diff"] == pytest.approx(r["alpha_tf"] - ref["alpha_tf"], abs=1e-6)
+            assert r["over_first_draft"]["stderr"] >= 0
     saved = json.loads((tmp_path / "acc" / "results.json").read_text())
     assert saved["records"] == json.loads(json.dumps(records)) and "method" in saved["conditions"]
     assert (tmp_path / "acc" / "results.md").read_text().count("\n|") >= 3
@@ -60,6 +64,24 @@ def test_a_crash_keeps_the_blocks_measured_so_far(tmp_path, tiny_target_dir, mon
     assert partial["complete"] is False and "method" in partial["conditions"]
     assert [(r["domain"], r["temperature"]) for r in partial["records"]] == [("general", 0.0)]
     assert not (tmp_path / "acc" / "results.json").exists() and "results.partial.json" in caplog.text
+
+
+def test_split_tune_scores_the_tune_prompts(tmp_path, tiny_target_dir, monkeypatch):
+    import eval.acceptance as acceptance
+    from data.prompts import load_prompts, split_of
+
+    asked = []
+
+    def spy(domain, n, prompts_file=None, split="test"):
+        asked.append(split)
+        return load_prompts(domain, n, prompts_file, split)
+
+    monkeypatch.setattr(acceptance, "load_prompts", spy)
+    evaluate(acc_cfg(tmp_path, tiny_target_dir, [tiny_target_dir], "split=tune", "temperature=[0]"))
+    assert asked == ["tune", "tune"]  # both domains
+    saved = json.loads((tmp_path / "acc" / "results.json").read_text())
+    assert saved["conditions"]["split"] == "tune"
+    assert {split_of(p) for p in load_prompts("code", 3, None, "tune")} == {"tune"}
 
 
 def test_bad_settings_fail_before_work(tmp_path, tiny_target_dir):

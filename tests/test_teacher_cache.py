@@ -136,9 +136,18 @@ def test_teacher_cache_settings_fail_clearly(tmp_path, tiny_target_dir, text_fil
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "loss=forward_kl"))
     with pytest.raises(ValueError, match="forward_kl"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false", "loss=jsd"))
-    with pytest.raises(FileNotFoundError, match="cache_teacher.py"):
+    with pytest.raises(ValueError, match="teacher_top_k"):
         train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
-                       "loss=forward_kl"))
+                       "loss=forward_kl", "teacher_top_k=0"))
+
+
+def test_teacher_cache_is_built_by_the_training_run_when_missing(tmp_path, tiny_target_dir, text_file):
+    summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "spec_eval.enabled=false",
+                             "loss=forward_kl", "teacher_top_k=8", "trainer.max_steps=2",
+                             f"paths.cache_dir={tmp_path / 'cache'}"))
+    built = sorted((tmp_path / "cache" / "teacher").glob(f"*/*-k8/{teacher_cache.DONE}"))
+    assert len(built) == 1 and summary["steps"] == 2 and summary["teacher_cache_s"] is not None
+    assert summary["after"]["val/kl"] < summary["before"]["val/kl"]  # it learned from the cache it built
 
 
 def test_a_final_state_draft_reuses_a_finished_eagle3_cache_of_the_same_text(tmp_path):

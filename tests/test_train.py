@@ -450,9 +450,14 @@ def test_the_before_after_caption_names_the_head_the_callback_decoded_with():
 
 def test_a_missing_train_vocab_source_fails_before_the_teacher_cache_is_built(tmp_path, tiny_target_dir, text_file):
     """train_vocab_from names a data source: it is read before the (possibly hour-long) teacher cache."""
-    cfg = tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "loss=forward_kl", "spec_eval.enabled=false",
-                   "model.draft.train_vocab=48",
+    cfg = tiny_cfg(tmp_path, tiny_target_dir, text_file, "model/draft=eagle", "teacher=cache",
+                   "spec_eval.enabled=false", "model.draft.train_vocab=48",
                    "model.draft.train_vocab_from={kind: files, path: '${paths.cache_dir}/missing.jsonl', format: chat}")
     with pytest.raises(ValueError, match="missing.jsonl does not exist"):
         train(cfg)
+    assert not (tmp_path / "cache" / "teacher").exists()
+    # a standalone draft learns from the cached top-k, which train_vocab cannot restrict: refused before any work
+    with pytest.raises(ValueError, match="train_vocab works with teacher=live"):
+        train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "teacher=cache", "loss=forward_kl",
+                       "spec_eval.enabled=false", "model.draft.train_vocab=48"))
     assert not (tmp_path / "cache" / "teacher").exists()

@@ -50,6 +50,11 @@ def check_config(cfg: DictConfig) -> None:
         raise UsageError("teacher=cache stores the target's top-k at temperature 1: it supports loss=forward_kl (sparse "
                          "KL over top-k + tail) or loss=cross_entropy, with loss.temperature=1. Fix: add loss=forward_kl "
                          "(the default loss, jsd, needs full logits), or use teacher=live.")
+    if top_k_cache:
+        number_in(cfg.get("teacher_top_k", 64), "teacher_top_k", 1, integer=True)
+        if cfg.model.draft.get("train_vocab"):
+            raise UsageError("model.draft.train_vocab works with teacher=live (the cached teacher's top-k ids are not "
+                             "restricted to the kept ids). Fix: model.draft.train_vocab=null, or teacher=live.")
     if cfg.teacher == "cache" and cfg.spec_eval.enabled:
         raise UsageError("teacher=cache trains without the target, so it cannot run speculative decoding during "
                          "training. Fix: spec_eval.enabled=false (then judge the export with eval/speculate.py).")

@@ -62,13 +62,13 @@ METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "test/alpha", "tes
 
 def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=None,
                           aux_layers: list[int] | None = None) -> str | None:
-    """teacher=cache: the folder scripts/cache_teacher.py wrote for this target and these data settings; for a feature
-    draft, the target's feature cache (with `aux_layers`' inputs for an EAGLE-3 draft), built here first (resumable)
-    when it is missing."""
+    """teacher=cache: the folder scripts/cache_teacher.py wrote for this target and these data settings, else the
+    target's top-`teacher_top_k` built here first (resumable); for a feature draft, the target's feature cache (with
+    `aux_layers`' inputs for an EAGLE-3 draft), likewise built here when it is missing."""
     if cfg.teacher != "cache":
         return None
     from data.teacher_cache_files import DONE, cache_aux_layers, cache_kind
-    from train.teacher_cache import default_cache_path, reuse_richer_cache
+    from train.teacher_cache import build_cache, default_cache_path, reuse_richer_cache
 
     feature = cfg.model.draft.kind in FEATURE_KINDS
     if cfg.teacher_cache:
@@ -91,11 +91,19 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
             path = reuse_richer_cache(Path(path))
         return build_feature_cache(cfg, dm, target, path, aux_layers)
     base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
-    found = sorted(base.glob(f"{data_name}-k*/{DONE}"))
-    if not found:
+    found = sorted(base.glob(f"{data_name}-k*/{DONE}"))  # one scripts/cache_teacher.py wrote, whatever its k
+    if found:
+        return str(found[-1].parent)
+    if target is None:
         raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
                                 "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
-    return str(found[-1].parent)
+    path = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, int(cfg.teacher_top_k))
+    dm.setup()
+    log.info("teacher=cache: caching %s's top-%d over %d train + %d val blocks (once, resumable) -> %s",
+             cfg.model.target.name_or_path, cfg.teacher_top_k, len(dm.train_set), len(dm.val_set), path)
+    return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, path, int(cfg.teacher_top_k),
+                           cfg.cache_batch_size, info={"target": str(cfg.model.target.name_or_path),
+                                                       "data": data_name}))
 
 
 def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None) -> str:
