@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue #43, items 3 and 4, chosen on tune prompts: which way of training the whole Qwen2.5-Coder-0.5B on the 1.5B's
+# medical answers raises acceptance most? Three drafts from the same N answers and the same step budget, each judged
+# beside the off-the-shelf 0.5B by eval/acceptance.py on the medical `tune` prompts (alpha_tf at T=0 and T=1):
+#   lora  rank-16 LoRA, lr 1e-4 (the recipe's)          full  every layer, lr 2e-5 (embeddings and head frozen)
+#   mix   the better of the two by validation, on the answers plus as many tokens of HPO definitions (1 : 1)
+# All three learn from the 1.5B's cached top-64 (teacher=cache: built by the first run, reused), so the target runs
+# over the answers once (the mix arm's data is other text, so it caches its own). Resumable: a finished run (its
+# export) is skipped on a rerun. ARMS="lora full" leaves the mix arm out.
+#     make setup-qwen && bash bench/acceptance/qwen-medical-methods/measure.sh [N answers] [steps]
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+N=${1:-256}
+STEPS=${2:-60}
+PY=${PY:-.venv/bin/python}
+STORE=data/stores/qwen25_coder_1_5b/medical.jsonl
+RUNS=${RUNS:-outputs/qwen-medical-methods}
+OUT=${OUT:-bench/acceptance/qwen-medical-methods}
+ARMS=${ARMS:-lora full mix}
+held=$(wc -l < "$STORE")
+[ "$held" -ge "$N" ] || { echo "error: $STORE holds $held answers, fewer than N=$N. Fix: grow it (data/stores/README.md)"; exit 2; }
+COMMON=(+experiment=qwen_coder_quick +domain=medical "data.store=$STORE" "data.generate.n_prompts=$N"
+        data.generate.enabled=false teacher=cache model.draft.train_vocab=null model.draft.train_vocab_from=null "trainer.max_steps=$STEPS"
+        trainer.val_check_interval=20 checkpoint.every_n_steps=20 optim.warmup_steps=6 logger=csv)
+
+train() {  # arm, extra overrides...
+    local arm=$1; shift
+    if [ -f "$RUNS/$arm/export/config.json" ]; then echo "== $arm: done ($RUNS/$arm/export)"; return; fi
+    echo "== $arm: training ($(date +%H:%M))"
+    "$PY" train/distill.py "${COMMON[@]}" "task_name=qwen-medical-$arm" "paths.output_dir=$RUNS/$arm" "$@"
+}
+best_val() {  # the best validation's val/expected_accept: in the best checkpoint's name, else the final one
+    "$PY" -c "import json, re, sys; s = json.load(open(sys.argv[1])); m = re.search(r'expected_accept([0-9.]+[0-9])', \
+        s['best_checkpoint'] or ''); print(m.group(1) if m else s['after']['val/expected_accept'])" "$1"
+}
+
+train lora
+train full lora.enabled=false optim.lr=2e-5
+if [[ " $ARMS " == *" mix "* ]]; then
+    if "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" \
+            "$(best_val "$RUNS/lora/summary.json")" "$(best_val "$RUNS/full/summary.json")"; then
+        MIX=(); echo "== mix: LoRA (the better validation)"
+    else
+        MIX=(lora.enabled=false optim.lr=2e-5); echo "== mix: full fine-tuning (the better validation)"
+    fi
+    # as many HPO definition tokens as answer tokens: about 54 tokens a definition against about 170 a chat record
+    HPO="{kind: builtin, name: medical_hpo, weight: 1.0, max_records: $((N * 170 / 54))}"
+    train mix "${MIX[@]}" "data.sources=[{kind: files, path: $STORE, format: chat, weight: 1.0, max_records: $N},$HPO]"
+fi
+DRAFTS=embedded:qwen2.5-coder-0.5b-instruct
+for arm in $ARMS; do DRAFTS="$DRAFTS,$RUNS/$arm/export"; done
+
+echo "== acceptance on the medical tune prompts ($(date +%H:%M))"
+"$PY" eval/acceptance.py target=embedded:qwen2.5-coder-1.5b-instruct \
+    "drafts=[$DRAFTS]" \
+    domains=[medical] split=tune n_prompts=24 temperature=[0,1] samples_per_prompt=1 max_new_tokens=128 \
+    batch_size=12 "out=$OUT"
+for arm in $ARMS; do cp "$RUNS/$arm/summary.json" "$OUT/summary-$arm.json"; done
+echo "== done ($(date +%H:%M)): $OUT"
