@@ -164,6 +164,34 @@ def check_store_settings(store: Path, settings: dict, adding: bool) -> None:
                      f"{store.with_name(store.stem + suffix + '.jsonl')}, or delete the store to regenerate it.")
 
 
+REPO_STORES = Path(__file__).resolve().parent / "stores"  # answer stores kept in the repository (stores/README.md)
+
+
+def seed_from_repo(store: Path, target_slug: str, domain: str, settings: dict, seed: int,
+                   stores: Path = REPO_STORES) -> bool:
+    """A store that does not exist yet starts as a copy of the repository's store for the same target and domain
+    (data/stores/<target slug>/<domain>.jsonl), when that one was written the same way (its settings sidecar) from the
+    same prompt seed: its answers are then the ones this run would write, for the first prompts of the same list, so
+    only the prompts it lacks are answered. Returns whether it copied."""
+    import os
+    import shutil
+
+    from data.atomic import temp_file
+
+    store, kept = Path(store), Path(stores) / target_slug / f"{domain}.jsonl"
+    if store.exists() or seed != 0 or not kept.is_file() or not settings_file(kept).is_file():
+        return False
+    if store.resolve() == kept.resolve() or json.loads(settings_file(kept).read_text()) != settings:
+        return False
+    for source, dest in ((settings_file(kept), settings_file(store)), (kept, store)):  # the answers last: their
+        fd, tmp = temp_file(dest.parent, dest.name)                                  # presence means complete
+        os.close(fd)
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, dest)
+    log.info("%s starts from the repository's %d answers in %s", store, len(done_prompts(store)), kept)
+    return True
+
+
 def drop_torn_tail(path: Path) -> int:
     """Cut a store's last line when a kill left it half-written (answers after it would join it into one unreadable
     line); says so. Returns the bytes dropped (0: the store was whole)."""

@@ -177,3 +177,27 @@ def test_prepacked_matmuls_answer_every_prompt_and_leave_the_models_as_they_were
                                  "cpu_matmul=prepacked"), target=target, tokenizer=tokenizer)
     assert len(done_prompts(out)) == 5
     assert all(type(m) is nn.Linear for m in target.modules() if isinstance(m, nn.Linear))
+
+
+def test_a_new_store_starts_from_the_repositorys_store_written_the_same_way(tmp_path):
+    from data.generated import done_prompts, seed_from_repo, settings_file
+
+    greedy = {"temperature": 0.0, "top_p": None, "max_new_tokens": 128}
+    kept = tmp_path / "stores" / "qwen" / "medical.jsonl"
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"messages": [{"role": "user", "content": "a?"}, {"role": "assistant", "content": "A."}]})
+                    + "\n")
+    settings_file(kept).write_text(json.dumps(greedy))
+    stores = tmp_path / "stores"
+    assert not seed_from_repo(tmp_path / "c" / "x.jsonl", "qwen", "medical", {**greedy, "temperature": 1.0}, 0,
+                              stores)  # sampled answers are not the kept greedy ones
+    assert not seed_from_repo(tmp_path / "c" / "x.jsonl", "qwen", "medical", greedy, 1, stores)  # other prompts
+    assert not seed_from_repo(tmp_path / "c" / "x.jsonl", "qwen", "code", greedy, 0, stores)  # no kept store
+    assert not (tmp_path / "c" / "x.jsonl").exists()
+    store = tmp_path / "c" / "medical.jsonl"
+    assert seed_from_repo(store, "qwen", "medical", greedy, 0, stores)
+    assert done_prompts(store) == {"a?"} and json.loads(settings_file(store).read_text()) == greedy
+    store.write_text(store.read_text() * 2)
+    assert not seed_from_repo(store, "qwen", "medical", greedy, 0, stores)  # an existing store is never replaced
+    assert not seed_from_repo(kept, "qwen", "medical", greedy, 0, stores)  # the kept store itself
+    assert not list(store.parent.glob(".*"))  # no temporaries left

@@ -123,12 +123,11 @@ def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux
 
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
     """data=generated: the target answers the prompts missing from each store before training starts."""
-    from data.generated import check_store_settings, drop_torn_tail
+    from data.generated import check_store_settings, drop_torn_tail, seed_from_repo
     from train.teacher_data import generate_store, missing_prompts, store_settings
 
     gen = cfg.data.get("generate")
     for store, temperature, domain, seed in generated_stores(cfg):
-        drop_torn_tail(store)  # a kill mid-write: the cut line goes (its prompt is answered again)
         settings = OmegaConf.create({"target": cfg.model.target.name_or_path, "dtype": cfg.model.target.dtype,
                                      "cache_dir": cfg.paths.cache_dir, "prompts_from": domain,
                                      "n_prompts": gen.n_prompts, "batch_size": gen.batch_size,
@@ -137,6 +136,8 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
                                      "engine": gen.get("engine", "generate"),
                                      "cpu_matmul": gen.get("cpu_matmul", "torch"),
                                      "speculative": gen.get("speculative") or {"draft": None, "gamma": 3}})
+        seed_from_repo(store, cfg.model.target.slug, domain, store_settings(settings), seed)  # data/stores/
+        drop_torn_tail(store)  # a kill mid-write: the cut line goes (its prompt is answered again)
         missing = missing_prompts(domain, gen.n_prompts, seed, store)
         check_store_settings(store, store_settings(settings), adding=bool(missing))  # greedy, sampled never mix
         if not missing:
