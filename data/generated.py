@@ -10,10 +10,13 @@ import errno
 import functools
 import json
 import logging
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Iterator
 
+from data.atomic import temp_file
 from data.checks import UsageError, torn_tail
 from data.corpus_prompts import code_member_prompts, code_prompts, medical_prompts
 from data.prompts import reserved_prompts
@@ -173,11 +176,6 @@ def seed_from_repo(store: Path, target_slug: str, domain: str, settings: dict, s
     (data/stores/<target slug>/<domain>.jsonl), when that one was written the same way (its settings sidecar) from the
     same prompt seed: its answers are then the ones this run would write, for the first prompts of the same list, so
     only the prompts it lacks are answered. Returns whether it copied."""
-    import os
-    import shutil
-
-    from data.atomic import temp_file
-
     store, kept = Path(store), Path(stores) / target_slug / f"{domain}.jsonl"
     if store.exists() or seed != 0 or not kept.is_file() or not settings_file(kept).is_file():
         return False
