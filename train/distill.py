@@ -68,7 +68,7 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     if cfg.teacher != "cache":
         return None
     from data.teacher_cache_files import DONE, cache_aux_layers, cache_kind
-    from train.teacher_cache import build_cache, default_cache_path, reuse_richer_cache
+    from train.teacher_cache import default_cache_path, reuse_richer_cache
 
     feature = cfg.model.draft.kind in FEATURE_KINDS
     if cfg.teacher_cache:
@@ -97,26 +97,24 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     if target is None:
         raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
                                 "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
-    path = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, int(cfg.teacher_top_k))
-    dm.setup()
-    log.info("teacher=cache: caching %s's top-%d over %d train + %d val blocks (once, resumable) -> %s",
-             cfg.model.target.name_or_path, cfg.teacher_top_k, len(dm.train_set), len(dm.val_set), path)
-    return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, path, int(cfg.teacher_top_k),
-                           cfg.cache_batch_size, info={"target": str(cfg.model.target.name_or_path),
-                                                       "data": data_name}))
+    top_k = int(cfg.teacher_top_k)
+    return build_feature_cache(cfg, dm, target, default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug,
+                                                                   data_name, top_k), top_k=top_k)
 
 
-def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None) -> str:
-    """The target's final hidden states (and `aux_layers`' inputs) over the very blocks training reads
-    (train/teacher_cache.py), once."""
+def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None,
+                        top_k: int | None = None) -> str:
+    """The target's final hidden states (and `aux_layers`' inputs), or with `top_k` its top-k log-probs, over the
+    very blocks training reads (train/teacher_cache.py), once."""
     from data.teacher_cache_files import DONE
     from train.teacher_cache import build_cache
 
     if not (Path(out) / DONE).is_file():
         dm.setup()
-        log.info("teacher=cache: caching %s's features over %d train + %d val blocks (once, resumable) -> %s",
-                 cfg.model.target.name_or_path, len(dm.train_set), len(dm.val_set), out)
-    return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, out, None, cfg.cache_batch_size,
+        log.info("teacher=cache: caching %s's %s over %d train + %d val blocks (once, resumable) -> %s",
+                 cfg.model.target.name_or_path, f"top-{top_k}" if top_k else "features", len(dm.train_set),
+                 len(dm.val_set), out)
+    return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, out, top_k, cfg.cache_batch_size,
                            info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name},
                            aux_layers=aux_layers))
 
