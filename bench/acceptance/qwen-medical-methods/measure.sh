@@ -4,11 +4,14 @@
 # beside the off-the-shelf 0.5B by eval/acceptance.py on the medical `tune` prompts (alpha_tf at T=0 and T=1):
 #   lora  rank-16 LoRA, lr 1e-4 (the recipe's)          full  every layer, lr 2e-5 (embeddings and head frozen)
 #   mix   LoRA on the answers plus as many tokens of HPO definitions (1 : 1): issue #43 item 3
+# Results: this folder (lora, full) and ../qwen-medical-mix (lora, mix).
 # All three learn from the 1.5B's cached top-64 (teacher=cache: built by the first run, reused), so the target runs
 # over the answers once (the mix arm's data is other text, so it caches its own). Resumable: a finished run (its
-# export) is skipped on a rerun. ARMS= picks arms: "lora full" leaves the mix arm out, "mix" runs it alone.
+# export, trained for the same steps) is skipped on a rerun; other step counts need their own RUNS= folder.
+# ARMS= picks arms: "lora full" leaves the mix arm out, "mix" runs it alone.
 #     make setup-qwen && bash bench/acceptance/qwen-medical-methods/measure.sh [N answers] [steps]
 #     ARMS="lora full" OUT=bench/acceptance/qwen-medical-methods bash bench/acceptance/qwen-medical-methods/measure.sh 256 60
+#     ARMS="lora mix" OUT=bench/acceptance/qwen-medical-mix bash bench/acceptance/qwen-medical-methods/measure.sh 256 60
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 N=${1:-256}
@@ -26,7 +29,12 @@ COMMON=(+experiment=qwen_coder_quick +domain=medical "data.store=$STORE" "data.g
 
 train() {  # arm, extra overrides...
     local arm=$1; shift
-    if [ -f "$RUNS/$arm/export/config.json" ]; then echo "== $arm: done ($RUNS/$arm/export)"; return; fi
+    if [ -f "$RUNS/$arm/export/config.json" ]; then
+        local had
+        had=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['setup']['max_steps'])" "$RUNS/$arm/summary.json")
+        [ "$had" = "$STEPS" ] || { echo "error: $RUNS/$arm was trained for $had steps, not $STEPS. Fix: RUNS=<a new folder>"; exit 2; }
+        echo "== $arm: done ($RUNS/$arm/export)"; return
+    fi
     echo "== $arm: training ($(date +%H:%M))"
     "$PY" train/distill.py "${COMMON[@]}" "task_name=qwen-medical-$arm" "paths.output_dir=$RUNS/$arm" "$@"
 }
