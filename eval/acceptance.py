@@ -81,8 +81,9 @@ def cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
 
 @torch.inference_mode()
 def continuations(target, tokenizer, prompts: list[list[int]], temperature: float, cfg: DictConfig,
-                  eos: set[int], seed: int) -> list[list[int]]:
-    """The target's continuation of each prompt (left-padded batches; top_k=0 switches off transformers' default)."""
+                  eos: set[int], seed: int, progress=None, task=None) -> list[list[int]]:
+    """The target's continuation of each prompt (left-padded batches; top_k=0 switches off transformers' default).
+    `progress` advances `task` by the prompts of each batch."""
     torch.manual_seed(seed)
     sampling = ({"do_sample": True, "temperature": temperature, "top_k": cfg.top_k or 0, "top_p": cfg.top_p or 1.0}
                 if temperature > 0 else {"do_sample": False})
@@ -96,6 +97,8 @@ def continuations(target, tokenizer, prompts: list[list[int]], temperature: floa
         rows = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cfg.max_new_tokens,
                                pad_token_id=pad, **sampling)
         out += [cut_at_eos(row[width:].tolist(), eos) for row in rows]
+        if progress is not None:
+            progress.advance(task, len(chunk))
     return out
 
 
@@ -215,10 +218,13 @@ def evaluate(cfg: DictConfig) -> list[dict]:
                 temperature = float(temperature)
                 repeats = 1 if temperature == 0 else cfg.samples_per_prompt  # greedy continuations are all alike
                 sequences = []
+                writing = progress.add_task(f"{domain} T={temperature:g}: the target continues",
+                                            total=repeats * len(prompts))
                 for k in range(repeats):
-                    conts = continuations(target, tokenizer, prompts, temperature, cfg, eos, cfg.seed + k)
+                    conts = continuations(target, tokenizer, prompts, temperature, cfg, eos, cfg.seed + k,
+                                          progress, writing)
                     sequences += list(zip(prompts, conts))
-                task = progress.add_task(f"{domain} T={temperature:g}", total=len(sequences))
+                task = progress.add_task(f"{domain} T={temperature:g}: the drafts score", total=len(sequences))
                 acc = score(target, drafts, sequences, temperature, cfg, progress, task)
                 reference = next(iter(acc.values()))  # the first draft listed: what the others are compared with
                 for name, a in acc.items():
