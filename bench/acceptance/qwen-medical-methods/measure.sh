@@ -7,7 +7,7 @@
 # Results: this folder (lora, full) and ../qwen-medical-mix (lora, mix).
 # All three learn from the 1.5B's cached top-64 (teacher=cache: built by the first run, reused), so the target runs
 # over the answers once (the mix arm's data is other text, so it caches its own). Resumable: a finished run (its
-# export, trained for the same steps) is skipped on a rerun; other step counts need their own RUNS= folder.
+# export) is skipped on a rerun, and refused if trained for other steps: another N or step count needs its own RUNS=.
 # ARMS= picks arms: "lora full" leaves the mix arm out, "mix" runs it alone.
 #     make setup-qwen && bash bench/acceptance/qwen-medical-methods/measure.sh [N answers] [steps]
 #     ARMS="lora full" OUT=bench/acceptance/qwen-medical-methods bash bench/acceptance/qwen-medical-methods/measure.sh 256 60
