@@ -89,7 +89,7 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
                                                        aux_layers)
         if not cfg.teacher_cache and not aux_layers:
             path = reuse_richer_cache(Path(path))
-        return build_feature_cache(cfg, dm, target, path, aux_layers)
+        return build_teacher_cache(cfg, dm, target, path, aux_layers)
     base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
     found = sorted(base.glob(f"{data_name}-k*/{DONE}"))  # one scripts/cache_teacher.py wrote, whatever its k
     if found:
@@ -98,11 +98,11 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
         raise FileNotFoundError(f"teacher=cache: no teacher cache for these data settings under {base}. Fix: run "
                                 "`python scripts/cache_teacher.py` with the same model/target and data overrides first.")
     top_k = int(cfg.teacher_top_k)
-    return build_feature_cache(cfg, dm, target, default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug,
+    return build_teacher_cache(cfg, dm, target, default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug,
                                                                    data_name, top_k), top_k=top_k)
 
 
-def build_feature_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None,
+def build_teacher_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None,
                         top_k: int | None = None) -> str:
     """The target's final hidden states (and `aux_layers`' inputs), or with `top_k` its top-k log-probs, over the
     very blocks training reads (train/teacher_cache.py), once."""
