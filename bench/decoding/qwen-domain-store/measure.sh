@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue #43 item 5, one domain: what training on the repo's answer store buys on the real target. The whole
+# Qwen2.5-Coder-0.5B with rank-16 LoRA (the method the tune-prompt comparison chose: bench/acceptance/
+# qwen-medical-methods) learns the 1.5B's cached top-64 (teacher=cache) over the first N answers of
+# data/stores/qwen25_coder_1_5b/<domain>.jsonl for STEPS steps; then the off-the-shelf 0.5B (the reference) and the
+# export decode the domain's test prompts side by side, greedy and T=1, each taking turns with target-only decoding.
+# Resumable: the teacher cache by shard, training from its last checkpoint, a finished export is reused.
+#     make setup-qwen && bash bench/decoding/qwen-domain-store/measure.sh medical 2000 300
+# Environment: RUNS= (the training folder), OUT= (the bench folder), PROMPTS= (test prompts, default 12),
+# QUANT= (both drafts' weights while decoding, default int8: on medical tune prompts int4 costs agreement that int8
+# keeps, at about the same draft cost: bench/decoding/draft-quant-qwen-medical).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+DOMAIN=${1:?usage: measure.sh <medical|general|code> [N answers] [steps]}
+N=${2:-2000}
+STEPS=${3:-300}
+PY=${PY:-.venv/bin/python}
+STORE=data/stores/qwen25_coder_1_5b/$DOMAIN.jsonl
+RUNS=${RUNS:-outputs/qwen-$DOMAIN-$N-$STEPS}
+OUT=${OUT:-outputs/bench/qwen-$DOMAIN-$N-$STEPS}
+PROMPTS=${PROMPTS:-12}
+QUANT=${QUANT:-int8}
+[ -f "$STORE" ] || { echo "error: no store $STORE. Fix: generate it (data/stores/README.md)"; exit 2; }
+held=$(wc -l < "$STORE")
+[ "$held" -ge "$N" ] || { echo "error: $STORE holds $held answers, fewer than N=$N. Fix: grow it (data/stores/README.md)"; exit 2; }
+
+if [ -f "$RUNS/export/config.json" ]; then
+    had=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['setup']['max_steps'])" "$RUNS/summary.json")
+    [ "$had" = "$STEPS" ] || { echo "error: $RUNS was trained for $had steps, not $STEPS. Fix: RUNS=<a new folder>"; exit 2; }
+    echo "== training: done ($RUNS/export)"
+else
+    echo "== training on $N $DOMAIN answers, $STEPS steps ($(date +%H:%M)): $RUNS"
+    "$PY" train/distill.py +experiment=qwen_coder "+domain=$DOMAIN" "data.store=$STORE" "data.generate.n_prompts=$N" \
+        data.generate.enabled=false teacher=cache model.draft.train_vocab=null model.draft.train_vocab_from=null \
+        "trainer.max_steps=$STEPS" "trainer.val_check_interval=$((STEPS / 6))" "checkpoint.every_n_steps=$((STEPS / 12))" \
+        "optim.warmup_steps=$((STEPS / 20))" logger=csv "task_name=qwen-$DOMAIN-store" "paths.output_dir=$RUNS"
+fi
+
+echo "== side by side on $PROMPTS $DOMAIN test prompts ($(date +%H:%M)): $OUT"
+# the heads of both drafts keep the 8192 ids the 1.5B writes most in the answers trained on (as make bench-qwen-domain)
+"$PY" eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct "domains=[$DOMAIN]" \
+    "drafts=[embedded:qwen2.5-coder-0.5b-instruct,$RUNS/export]" reference_draft=embedded:qwen2.5-coder-0.5b-instruct \
+    gamma=[3] temperature=[0,1.0] "n_prompts=$PROMPTS" max_new_tokens=128 repeats=1 cpu_matmul=auto "draft_quant=$QUANT" \
+    "draft_vocab_from={kind: files, path: $STORE, format: chat, max_records: $N}" "out=$OUT"
+cp "$RUNS/summary.json" "$OUT/summary-trained.json"
+echo "== done ($(date +%H:%M)): $OUT"
