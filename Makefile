@@ -70,10 +70,14 @@ bench-qwen: $(STAMP)
 # What training buys on a domain: the off-the-shelf 0.5B (the reference) and DRAFT side by side on DOMAIN's test
 # prompts, greedy and T=1, each draft's speed over the 0.5B's prompt by prompt with its interval (eval/reference.py).
 # Both drafts int8: on medical tune prompts int4 cost agreement that int8 keeps (bench/decoding/draft-quant-qwen-medical).
+# Both heads keep the 8192 ids the 1.5B writes most in DOMAIN's answers: the in-repo store (data/stores) where there
+# is one, else the recipe's store in the cache.
 DOMAIN ?= medical
+QWEN_DOMAIN_STORE ?= $(firstword $(wildcard data/stores/qwen25_coder_1_5b/$(DOMAIN).jsonl) \
+	$(DRAFTSMITH_CACHE)/generated/qwen25_coder_1_5b/$(DOMAIN).jsonl)
 QWEN_DOMAIN_BENCH ?= gamma=[3] temperature=[0,1.0] n_prompts=12 max_new_tokens=128 repeats=1 cpu_matmul=auto \
 	draft_quant=int8 reference_draft=embedded:qwen2.5-coder-0.5b-instruct \
-	'draft_vocab_from={kind: files, path: "$(DRAFTSMITH_CACHE)/generated/qwen25_coder_1_5b/$(DOMAIN).jsonl", format: chat}'
+	'draft_vocab_from={kind: files, path: "$(QWEN_DOMAIN_STORE)", format: chat}'
 bench-qwen-domain: $(STAMP)
 	@test -n "$(DRAFT)" || { echo "DRAFT=<export folder> is required, e.g. outputs/distill-medical/<run>/export"; exit 2; }
 	$(PY) eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct domains=[$(DOMAIN)] \
