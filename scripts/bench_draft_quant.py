@@ -10,7 +10,10 @@ For every held-out prompt the target writes its greedy continuation once; then e
 - c: a draft step's cost over a target step's, both timed at the prompt's length halfway through decoding, every
   format taking turns with the target call by call (a target pass runs before each draft step, as in decoding,
   so the draft's weights are not found in the CPU's caches); the median per prompt, an interval across prompts;
-- the cost model's expected greedy speedup at gamma from those two and the timed (gamma+1)-token verify pass.
+- the cost model's expected greedy speedup at gamma from those two and the timed (gamma+1)-token verify pass;
+- paired differences in agreement, prompt by prompt on the same paths (their shared difficulty removed): each
+  draft's other formats against its first (what a format costs), each later draft against the first draft in the
+  same format (what training adds, and whether a format keeps it).
 Writes results.json and results.md under `out`; the target is never quantized, so output stays lossless.
 """
 
@@ -44,6 +47,7 @@ from decode.drafts.quantize import MODES, quantize_draft, weights_label
 from decode.kernels.runtime import setup_cpu
 from decode.core.speculative import NoProposer, generate
 from decode.core.stats import percentile_interval, ratio_alpha_ci
+from eval.acceptance import paired_difference
 from eval.provenance import provenance
 
 
@@ -95,15 +99,31 @@ def summarize(name: str, counts: list[tuple[int, int]], ratios: list[float], pas
             "c": c, "c_ci": median_ci(ratios, level),
             "gamma": gamma, "expected_speedup": hardware_speedup(min(alpha, 0.999), gamma, c * one,
                                                                  [one] + [verify] * gamma),
-            "n_prompts": len(counts), "judged_tokens": sum(judged)}
+            "n_prompts": len(counts), "judged_tokens": sum(judged), "agreed": accepted, "judged": judged}
 
 
-def table(rows: list[dict]) -> str:
+def paired_comparisons(rows: list[dict], n_modes: int) -> list[dict]:
+    """A - B in agreement over the same prompts' paths, with its standard error across prompts, for each draft's
+    other formats against its first (rows come draft by draft, n_modes formats each) and for each later draft
+    against the first draft in the same format."""
+    pairs = [(rows[d + m], rows[d]) for d in range(0, len(rows), n_modes) for m in range(1, n_modes)]
+    pairs += [(rows[d + m], rows[m]) for d in range(n_modes, len(rows), n_modes) for m in range(n_modes)]
+    out = []
+    for a, b in pairs:
+        difference, stderr = paired_difference(a["agreed"], b["agreed"], a["judged"])
+        out.append({"a": a["variant"], "b": b["variant"], "difference": difference, "stderr": stderr})
+    return out
+
+
+def table(rows: list[dict], paired: list[dict]) -> str:
     lines = ["| draft, weights | top-1 agreement [CI] | c [CI] | expected speedup at gamma |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['agreement']:.3f} [{r['agreement_ci'][0]:.3f}, {r['agreement_ci'][1]:.3f}]"
                      f" | {r['c']:.3f} [{r['c_ci'][0]:.3f}, {r['c_ci'][1]:.3f}] | {r['expected_speedup']:.2f}x "
                      f"(gamma={r['gamma']}) |")
+    if paired:
+        lines += ["", "| A | B | agreement A - B, paired by prompt (± standard error) |", "|---|---|---|"]
+        lines += [f"| {p['a']} | {p['b']} | {p['difference']:+.3f} ± {p['stderr']:.3f} |" for p in paired]
     return "\n".join(lines)
 
 
@@ -141,6 +161,7 @@ def run(cfg: DictConfig) -> list[dict]:
                 f"{v.split(', ')[-1]} c={ratios[v][-1]:.3f} agree={counts[v][-1][0]}/{counts[v][-1][1]}"
                 for v in variants))
     rows = [summarize(v, counts[v], ratios[v], passes, cfg.gamma, cfg.ci_level) for v in variants]
+    paired = paired_comparisons(rows, len(cfg.modes))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {"target": cfg.target, "domains": list(cfg.domains), "split": cfg.split,
@@ -149,8 +170,9 @@ def run(cfg: DictConfig) -> list[dict]:
                   "target_step_s": statistics.median(passes[0]), "verify_pass_s": statistics.median(passes[1]),
                   "torch": torch.__version__, "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts]),
                   "config": OmegaConf.to_container(cfg, resolve=True)}
-    (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": rows}, indent=1))
-    text = table(rows)
+    (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": rows, "paired": paired},
+                                                 indent=1))
+    text = table(rows, paired)
     (out / "results.md").write_text(f"# Draft weight formats\n\n{len(prompts)} {cfg.split} prompts, "
                                     f"{cfg.max_new_tokens} target tokens each, {torch.get_num_threads()} threads.\n\n"
                                     + text + "\n")

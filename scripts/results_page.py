@@ -138,6 +138,13 @@ def draft_quant_table(data: dict, labels: dict) -> list[str]:
         name, weights = r["variant"].rsplit(", ", 1)
         rows.append(f"| {draft_label(name, labels)} | {weights} | {f3(r['agreement'])}{interval(r['agreement_ci'], f3)} "
                     f"| {f3(r['c'])}{interval(r['c_ci'], f3)} | {fx(r['expected_speedup'])} at γ={r['gamma']} |")
+    if data.get("paired"):  # newer runs: agreement differences paired by prompt
+        def both(variant: str) -> str:
+            name, weights = variant.rsplit(", ", 1)
+            return f"{draft_label(name, labels)}, {weights}"
+        rows += ["", "| A | B | agreement A − B, paired by prompt (± standard error) |", "|---|---|---|"]
+        rows += [f"| {both(p['a'])} | {both(p['b'])} | {p['difference']:+.3f} ± {p['stderr']:.3f} |"
+                 for p in data["paired"]]
     return rows
 
 

@@ -32,7 +32,27 @@ def test_the_target_as_its_own_draft_agrees_everywhere_and_each_format_is_report
     assert rows[1]["agreement"] >= 0.8  # int8 weights of the target: nearly always the same argmax
     saved = json.loads((tmp_path / "quant" / "results.json").read_text())
     assert saved["records"] == rows and saved["conditions"]["n_prompts"] == 2
-    assert "| draft, weights |" in (tmp_path / "quant" / "results.md").read_text()
+    # paired by prompt: each draft's int8 and int4 against its float, then the second draft against the first per format
+    assert [(p["a"].split(", ")[-1], p["b"].split(", ")[-1]) for p in saved["paired"]] == \
+        [("int8", "float"), ("int4", "float")] * 2 + [("float", "float"), ("int8", "int8"), ("int4", "int4")]
+    by_name = {r["variant"]: r for r in rows}
+    for p in saved["paired"]:  # the same paths for every variant: the paired difference is the difference in agreement
+        assert p["difference"] == pytest.approx(by_name[p["a"]]["agreement"] - by_name[p["b"]]["agreement"])
+        assert p["stderr"] >= 0
+    text = (tmp_path / "quant" / "results.md").read_text()
+    assert "| draft, weights |" in text and "paired by prompt" in text
+
+
+def test_paired_comparisons_remove_what_prompts_share():
+    def row(name, agreed):
+        return {"variant": name, "agreed": agreed, "judged": [10, 10, 10]}
+    # B agrees 1 more token than A on every prompt, however hard the prompt: the difference is exact, no spread
+    rows = [row("a, float", [2, 5, 9]), row("a, int4", [1, 4, 8]), row("b, float", [3, 6, 10]), row("b, int4", [2, 5, 9])]
+    paired = bench.paired_comparisons(rows, n_modes=2)
+    assert [(p["a"], p["b"]) for p in paired] == [("a, int4", "a, float"), ("b, int4", "b, float"),
+                                                  ("b, float", "a, float"), ("b, int4", "a, int4")]
+    assert [p["difference"] for p in paired] == pytest.approx([-1 / 10, -1 / 10, 1 / 10, 1 / 10])
+    assert all(p["stderr"] == pytest.approx(0) for p in paired)
 
 
 @pytest.mark.parametrize("extra, message", [("modes=[auto]", "modes must list"), ("modes=[int2]", "modes must list"),

@@ -134,3 +134,18 @@ def test_a_result_with_tree_rows_says_what_the_width_bought():
     assert results_page.tree_lines({"records": [chain]}, {}) == []
     lines = results_page.tree_lines({"records": [chain, tree]}, {})
     assert lines[-1] == "| d, static token tree | code | 0 | 7.5 | 0.75 / 0.50 | 0.80 / 0.20 / 0.00 | 0.100 |"
+
+
+def test_a_weight_format_result_shows_its_paired_differences_when_it_has_them():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.pop(0)
+    record = {"variant": "embedded:d, int4", "agreement": 0.6, "agreement_ci": [0.5, 0.7], "c": 0.2,
+              "c_ci": [0.1, 0.3], "expected_speedup": 1.5, "gamma": 3}
+    older = results_page.draft_quant_table({"records": [record]}, {})
+    assert len(older) == 3 and "paired" not in "".join(older)  # results written before pairing render as before
+    paired = {"a": "embedded:d, int4", "b": "embedded:d, float", "difference": -0.026, "stderr": 0.012}
+    lines = results_page.draft_quant_table({"records": [record], "paired": [paired]}, {})
+    assert lines[:3] == older and lines[-1] == "| embedded:d, int4 | embedded:d, float | -0.026 ± 0.012 |"
