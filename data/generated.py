@@ -92,10 +92,11 @@ PROMPT_SOURCES = {"general": general_prompts, "everyday": everyday_prompts, "med
                   "code": code_prompts}
 
 
-# Where a domain's set above runs out, more prompts from the same corpora (issue #43: stores of 2,000 answers; the
-# code set holds 677): drawn only after every prompt of the set above, each tier shuffled on its own, so a domain's
-# first prompts, and the stores built from them, stay what they were.
-MORE_PROMPTS = {"code": [code_member_prompts]}
+# Where a domain's set above runs out, more prompts from the same sources (issue #43: stores of 2,000 answers; the
+# code set holds 677, the general one 976): drawn only after every prompt of the set above, each tier shuffled on its
+# own, so a domain's first prompts, and the stores built from them, stay what they were. General goes on with the
+# everyday set: other topics and question forms, none an evaluation topic (data/prompts.py EVAL_TOPICS).
+MORE_PROMPTS = {"code": [code_member_prompts], "general": [everyday_prompts]}
 
 
 def domain_prompts(domain: str, n: int, seed: int = 0) -> list[str]:

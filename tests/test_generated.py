@@ -37,6 +37,21 @@ def test_code_prompts_reach_2000_and_the_first_ones_stay_what_they_were():
     assert all(p.startswith(("Write a Python class", "Write the method")) for p in more[len(functions):])
 
 
+def test_general_prompts_reach_2000_and_the_first_ones_stay_what_they_were():
+    """Past the 976 general prompts come the everyday set's (other topics and question forms, general text too)."""
+    import random
+
+    from data.generated import candidate_tiers, everyday_prompts, general_prompts
+
+    tiers = candidate_tiers("general")
+    assert set(tiers[0]) == set(general_prompts()) and set(tiers[1]) == set(everyday_prompts())
+    alone = list(tiers[0])
+    random.Random(0).shuffle(alone)
+    more = domain_prompts("general", 2000)
+    assert len(set(more)) == 2000 and more[:len(alone)] == alone  # stores of the first 976 stay valid
+    assert set(more[len(alone):]) <= set(tiers[1]) and len(alone) + len(tiers[1]) >= 2000
+
+
 def test_training_prompts_never_overlap_evaluation_prompts():
     every_eval = {p for d in DOMAINS for p in evaluation_prompts(d)}
     for domain in PROMPT_SOURCES:
