@@ -113,3 +113,14 @@ def test_kill_9_then_the_same_command_resumes(tmp_path, tiny_target_dir, text_fi
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resuming from" in done.stderr + done.stdout
     assert torch.load(last, weights_only=False)["global_step"] == 400
+
+
+def test_final_weights_are_exported_when_they_beat_the_best_validation_on_the_same_blocks():
+    from train.checkpointing import final_weights_win
+
+    assert final_weights_win("val/expected_accept", torch.tensor(0.75), {"val/expected_accept": 0.76})
+    assert not final_weights_win("val/expected_accept", torch.tensor(0.75), {"val/expected_accept": 0.75})
+    assert not final_weights_win("val/expected_accept", None, {"val/expected_accept": 0.71})  # nothing validated in fit
+    assert not final_weights_win("val/top1_agree", 0.5, {"val/expected_accept": 0.9})  # the monitor was not measured
+    # val/alpha after fit comes from test prompts: never a reason to choose
+    assert not final_weights_win("val/alpha", 0.5, {"val/alpha": 0.9})

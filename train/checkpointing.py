@@ -81,3 +81,12 @@ def find_resume(ckpt_path: str | None, output_dir: Path, task_dir: Path) -> tupl
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist. Fix: give a .ckpt file, 'last' or 'auto'.")
     return str(ckpt_path), output_dir
+
+
+def final_weights_win(monitor: str, best_score, final: dict) -> bool:
+    """export.checkpoint=best chooses among fit's validations; weights first validated after fit (max_steps not a
+    multiple of the validation interval) are exported instead when they score higher on the same held-out blocks.
+    Never by val/alpha: after fit it is measured on test prompts, which no choice may read."""
+    if monitor == "val/alpha" or best_score is None or monitor not in final:
+        return False
+    return float(final[monitor]) > float(best_score)

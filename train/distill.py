@@ -42,7 +42,7 @@ from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
-from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, find_resume
+from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, final_weights_win, find_resume
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
@@ -357,7 +357,11 @@ def train(cfg: DictConfig) -> dict:
     if not trainer.is_global_zero:  # DDP/FSDP: one process exports and writes the summary
         return summary
     if cfg.export.enabled:
-        from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path
+        final_wins = final_weights_win(monitor, checkpoint.best_model_score, after)
+        if cfg.export.checkpoint == "best" and final_wins:
+            log.info("export: the final weights (%s %.4f, validated after fit) beat the best checkpoint's %.4f",
+                     monitor, after[monitor], float(checkpoint.best_model_score))
+        from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path or final_wins
         source = last if from_last else Path(checkpoint.best_model_path)
         # measurements describe the final weights: record them only when those are what we export
         evaluations = [{**spec_eval.last, "domain": "+".join(spec_eval_domains(cfg)), "device": summary["device"],
