@@ -37,10 +37,8 @@ else
 fi
 
 echo "== side by side on $PROMPTS $DOMAIN test prompts ($(date +%H:%M)): $OUT"
-# the heads of both drafts keep the 8192 ids the 1.5B writes most in the answers trained on (as make bench-qwen-domain)
-"$PY" eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct "domains=[$DOMAIN]" \
-    "drafts=[embedded:qwen2.5-coder-0.5b-instruct,$RUNS/export]" reference_draft=embedded:qwen2.5-coder-0.5b-instruct \
-    gamma=[3] temperature=[0,1.0] "n_prompts=$PROMPTS" max_new_tokens=128 repeats=1 cpu_matmul=auto "draft_quant=$QUANT" \
-    "draft_vocab_from={kind: files, path: $STORE, format: chat, max_records: $N}" "out=$OUT"
+# make bench-qwen-domain's settings; both heads keep the 8192 ids the 1.5B writes most in this store
+make bench-qwen-domain "DOMAIN=$DOMAIN" "DRAFT=$RUNS/export" "QWEN_DOMAIN_STORE=$STORE" "PY=$PY" \
+    ARGS="n_prompts=$PROMPTS draft_quant=$QUANT out=$OUT"
 cp "$RUNS/summary.json" "$OUT/summary-trained.json"
 echo "== done ($(date +%H:%M)): $OUT"
