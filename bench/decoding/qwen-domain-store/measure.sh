@@ -5,7 +5,7 @@
 # data/stores/qwen25_coder_1_5b/<domain>.jsonl for STEPS steps; then the off-the-shelf 0.5B (the reference) and the
 # export decode the domain's test prompts side by side, greedy and T=1, each taking turns with target-only decoding.
 # Resumable: the teacher cache by shard, training from its last checkpoint, a finished export is reused.
-#     make setup-qwen && bash bench/decoding/qwen-domain-store/measure.sh medical 2000 300
+#     make setup-qwen && bash bench/decoding/qwen-domain-store/measure.sh medical 2000 240   # bench/decoding/qwen-medical-2000
 # Environment: RUNS= (the training folder), OUT= (the bench folder), PROMPTS= (test prompts, default 12),
 # QUANT= (both drafts' weights while decoding, default int8: on medical tune prompts int4 costs agreement that int8
 # keeps, at about the same draft cost: bench/decoding/draft-quant-qwen-medical).
@@ -41,4 +41,5 @@ echo "== side by side on $PROMPTS $DOMAIN test prompts ($(date +%H:%M)): $OUT"
 make bench-qwen-domain "DOMAIN=$DOMAIN" "DRAFT=$RUNS/export" "QWEN_DOMAIN_STORE=$STORE" "PY=$PY" \
     ARGS="n_prompts=$PROMPTS draft_quant=$QUANT out=$OUT"
 cp "$RUNS/summary.json" "$OUT/summary-trained.json"
+cp "$RUNS/csv/metrics.csv" "$OUT/train-metrics.csv"   # the validation curve
 echo "== done ($(date +%H:%M)): $OUT"
