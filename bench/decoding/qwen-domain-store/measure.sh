@@ -9,6 +9,9 @@
 # Environment: RUNS= (the training folder), OUT= (the bench folder), PROMPTS= (test prompts, default 12),
 # QUANT= (both drafts' weights while decoding, default int8: on medical tune prompts int4 costs agreement that int8
 # keeps, at about the same draft cost: bench/decoding/draft-quant-qwen-medical).
+# RECIPE= (the training recipe, default qwen_coder: the whole 0.5B with LoRA; qwen_coder_layers: the 8-layer cut),
+# TRAIN_ARGS= (more train/distill.py overrides, e.g. TRAIN_ARGS="loss=forward_kl" for the cut, whose recipe learns by
+# cross-entropy).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DOMAIN=${1:?usage: measure.sh <medical|general|code> [N answers] [steps]}
@@ -20,6 +23,8 @@ RUNS=${RUNS:-outputs/qwen-$DOMAIN-$N-$STEPS}
 OUT=${OUT:-outputs/bench/qwen-$DOMAIN-$N-$STEPS}
 PROMPTS=${PROMPTS:-12}
 QUANT=${QUANT:-int8}
+RECIPE=${RECIPE:-qwen_coder}
+TRAIN_ARGS=${TRAIN_ARGS:-}
 [ -f "$STORE" ] || { echo "error: no store $STORE. Fix: generate it (data/stores/README.md)"; exit 2; }
 held=$(wc -l < "$STORE")
 [ "$held" -ge "$N" ] || { echo "error: $STORE holds $held answers, fewer than N=$N. Fix: grow it (data/stores/README.md)"; exit 2; }
@@ -30,10 +35,10 @@ if [ -f "$RUNS/export/config.json" ]; then
     echo "== training: done ($RUNS/export)"
 else
     echo "== training on $N $DOMAIN answers, $STEPS steps ($(date +%H:%M)): $RUNS"
-    "$PY" train/distill.py +experiment=qwen_coder "+domain=$DOMAIN" "data.store=$STORE" "data.generate.n_prompts=$N" \
+    "$PY" train/distill.py "+experiment=$RECIPE" "+domain=$DOMAIN" "data.store=$STORE" "data.generate.n_prompts=$N" \
         data.generate.enabled=false teacher=cache model.draft.train_vocab=null model.draft.train_vocab_from=null \
         "trainer.max_steps=$STEPS" "trainer.val_check_interval=$((STEPS / 6))" "checkpoint.every_n_steps=$((STEPS / 12))" \
-        "optim.warmup_steps=$((STEPS / 20))" logger=csv "task_name=qwen-$DOMAIN-store" "paths.output_dir=$RUNS"
+        "optim.warmup_steps=$((STEPS / 20))" logger=csv "task_name=qwen-$DOMAIN-store" "paths.output_dir=$RUNS" $TRAIN_ARGS
 fi
 
 echo "== side by side on $PROMPTS $DOMAIN test prompts ($(date +%H:%M)): $OUT"
