@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue #43 item 4: which trained draft pays most, chosen on TUNE prompts (never the test prompts a result reports).
+# The off-the-shelf 0.5B (the reference) and each export decode the domain's tune prompts greedily, each taking turns
+# with target-only decoding prompt by prompt, at measure.sh's settings (gamma=3, int8, heads cut to the store's 8192
+# most frequent ids). The draft with the highest median speedup over target-only is the one measure.sh's test run
+# reports as the domain's trained draft.
+#     bash bench/decoding/qwen-domain-store/choose.sh medical outputs/qwen-medical-2000-240/export outputs/qwen-medical-cut-480/export
+# Environment: OUT= (the bench folder), PROMPTS= (tune prompts, default 8), TOKENS= (new tokens each, default 96).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+DOMAIN=${1:?usage: choose.sh <medical|general|code> <export> [<export> ...]}
+shift
+[ "$#" -ge 1 ] || { echo "error: name at least one export folder to choose among"; exit 2; }
+PY=${PY:-.venv/bin/python}
+STORE=data/stores/qwen25_coder_1_5b/$DOMAIN.jsonl
+OUT=${OUT:-outputs/bench/qwen-$DOMAIN-choice-tune}
+PROMPTS=${PROMPTS:-8}
+TOKENS=${TOKENS:-96}
+REF=embedded:qwen2.5-coder-0.5b-instruct
+for d in "$@"; do
+    [ -f "$d/config.json" ] || { echo "error: $d is not an export folder (no config.json). Fix: train it first (measure.sh)"; exit 2; }
+done
+drafts=$(IFS=,; echo "$REF,$*")
+echo "== tune prompts, $DOMAIN, greedy ($(date +%H:%M)): $OUT"
+"$PY" eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct "domains=[$DOMAIN]" "drafts=[$drafts]" \
+    split=tune "n_prompts=$PROMPTS" "max_new_tokens=$TOKENS" gamma=[3] temperature=[0] repeats=1 cpu_matmul=auto \
+    draft_quant=int8 "reference_draft=$REF" "draft_vocab_from={kind: files, path: \"$STORE\", format: chat}" "out=$OUT"
+echo "== done ($(date +%H:%M)): $OUT"
