@@ -2,8 +2,8 @@
 # Issue #43 item 4: which trained draft pays most, chosen on TUNE prompts (never the test prompts a result reports).
 # The off-the-shelf 0.5B (the reference) and each export decode the domain's tune prompts greedily, each taking turns
 # with target-only decoding prompt by prompt, at measure.sh's settings (gamma=3, int8, heads cut to the store's 8192
-# most frequent ids). The draft with the highest median speedup over target-only is the one measure.sh's test run
-# reports as the domain's trained draft.
+# most frequent ids). The draft with the highest speedup over target-only (tokens/s over the same prompts' target-only
+# tokens/s) is the one whose measure.sh test run is the domain's trained draft in the README.
 #     bash bench/decoding/qwen-domain-store/choose.sh medical outputs/qwen-medical-2000-240/export outputs/qwen-medical-cut-480/export
 # Environment: OUT= (the bench folder), PROMPTS= (tune prompts, default 8), TOKENS= (new tokens each, default 96).
 set -euo pipefail
