@@ -17,6 +17,7 @@ OUT=${OUT:-outputs/bench/qwen-$DOMAIN-choice-tune}
 PROMPTS=${PROMPTS:-8}
 TOKENS=${TOKENS:-96}
 REF=embedded:qwen2.5-coder-0.5b-instruct
+[ -f "$STORE" ] || { echo "error: no store $STORE (its 8192 most frequent ids cut the drafts' heads). Fix: generate it (data/stores/README.md)"; exit 2; }
 for d in "$@"; do
     [ -f "$d/config.json" ] || { echo "error: $d is not an export folder (no config.json). Fix: train it first (measure.sh)"; exit 2; }
 done
