@@ -16,14 +16,12 @@ STORE=data/stores/qwen25_coder_1_5b/$DOMAIN.jsonl
 OUT=${OUT:-outputs/bench/qwen-$DOMAIN-choice-tune}
 PROMPTS=${PROMPTS:-8}
 TOKENS=${TOKENS:-96}
-REF=embedded:qwen2.5-coder-0.5b-instruct
 [ -f "$STORE" ] || { echo "error: no store $STORE (its 8192 most frequent ids cut the drafts' heads). Fix: generate it (data/stores/README.md)"; exit 2; }
 for d in "$@"; do
     [ -f "$d/config.json" ] || { echo "error: $d is not an export folder (no config.json). Fix: train it first (measure.sh)"; exit 2; }
 done
-drafts=$(IFS=,; echo "$REF,$*")
 echo "== tune prompts, $DOMAIN, greedy ($(date +%H:%M)): $OUT"
-"$PY" eval/speculate.py target=embedded:qwen2.5-coder-1.5b-instruct "domains=[$DOMAIN]" "drafts=[$drafts]" \
-    split=tune "n_prompts=$PROMPTS" "max_new_tokens=$TOKENS" gamma=[3] temperature=[0] repeats=1 cpu_matmul=auto \
-    draft_quant=int8 "reference_draft=$REF" "draft_vocab_from={kind: files, path: \"$STORE\", format: chat}" "out=$OUT"
+# make bench-qwen-domain's settings (measure.sh's), on the tune split, greedy only; DRAFT lists every export
+make bench-qwen-domain "DOMAIN=$DOMAIN" "DRAFT=$(IFS=,; echo "$*")" "QWEN_DOMAIN_STORE=$STORE" "PY=$PY" \
+    ARGS="split=tune n_prompts=$PROMPTS max_new_tokens=$TOKENS temperature=[0] out=$OUT"
 echo "== done ($(date +%H:%M)): $OUT"
