@@ -32,6 +32,9 @@ def crash_at(monkeypatch, step: int):
 
 def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_target_dir, text_file, monkeypatch):
     whole = train(tiny_cfg(tmp_path / "whole", tiny_target_dir, text_file, *RUN))
+    # one last.ckpt (the periodic writer and Lightning's save_last share it) and one best: no last-v1.ckpt copies
+    names = sorted(p.name for p in (tmp_path / "whole" / "run" / "checkpoints").iterdir())
+    assert names[0] == "last.ckpt" and len(names) == 2 and names[1].startswith("step6-"), names
     with monkeypatch.context() as m:
         crash_at(m, 5)  # last.ckpt was written at step 4
         with pytest.raises(RuntimeError, match="simulated crash"):

@@ -311,7 +311,8 @@ def train(cfg: DictConfig) -> dict:
     ckpt_dir = output_dir / "checkpoints"
     monitor = cfg.checkpoint.monitor
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-" + monitor.split("/")[1] + "{" + monitor + ":.4f}",
-                                 monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False)
+                                 monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
+                                 enable_version_counter=False)  # one last.ckpt, shared with PeriodicLastCheckpoint
     last_validation = LastFitValidation()
     callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation]
     spec_eval = build_spec_eval(cfg, tokenizer, target, ranking)
