@@ -127,3 +127,23 @@ def test_final_weights_are_exported_when_they_beat_the_best_validation_on_the_sa
     assert not final_weights_win("val/top1_agree", 0.5, {"val/expected_accept": 0.9})  # the monitor was not measured
     # val/alpha after fit comes from test prompts: never a reason to choose
     assert not final_weights_win("val/alpha", 0.5, {"val/alpha": 0.9})
+
+
+def test_a_disk_too_small_for_the_checkpoints_stops_the_run_before_training(tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from data.checks import UsageError
+    from train.checkpointing import check_free_disk, checkpoint_bytes, disk_needed
+
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 10))
+    model[0].requires_grad_(False)  # frozen: weights only; trainable: weights and Adam's two moments
+    assert checkpoint_bytes(model) == 110 * 4 + 3 * 110 * 4
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("train.checkpointing.shutil.disk_usage", lambda p: usage(0, 0, 10_000))
+    assert disk_needed(3000, 1000) == 10_000
+    check_free_disk(tmp_path / "run", 3000, 1000)  # exactly enough; the folder need not exist yet
+    with pytest.raises(UsageError, match=r"paths.output_dir=<a folder on a larger disk>.*check_free_disk=false"):
+        check_free_disk(tmp_path / "run", 3001, 1000)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # a resumed run's files are overwritten: they count
+    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(b"x" * 3)
+    check_free_disk(tmp_path / "run", 3001, 1000)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
 from data.atomic import temp_file
+from data.checks import UsageError
 
 log = logging.getLogger(__name__)
 LAST = "last.ckpt"
@@ -58,6 +60,34 @@ class PeriodicLastCheckpoint(Callback):
         if self.every > 0 and step > 0 and step % self.every == 0 and getattr(self, "_saved", -1) != step:
             self._saved = step
             trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable (and no Lightning notice)
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """About what one full checkpoint of `model` takes: its weights plus Adam's two moments per trainable weight."""
+    return sum(p.numel() * p.element_size() * (3 if p.requires_grad else 1) for p in model.parameters())
+
+
+def disk_needed(ckpt: int, export: int) -> int:
+    """Peak bytes a run writes: last.ckpt, its atomic replacement beside it and the best checkpoint (3), the export."""
+    return 3 * ckpt + export
+
+
+def check_free_disk(output_dir: Path, ckpt: int, export: int) -> None:
+    """Stop before training when the output folder's disk cannot hold the run's checkpoints and export; the files
+    a resumed run already has there count as room (they are overwritten)."""
+    folder = Path(output_dir)
+    while not folder.exists():
+        folder = folder.parent
+    have = sum(f.stat().st_size for sub in ("checkpoints", "export") for f in (Path(output_dir) / sub).glob("*")
+               if f.is_file())
+    free, need = shutil.disk_usage(folder).free, disk_needed(ckpt, export)
+    if free + have < need:
+        gb = 1e9
+        raise UsageError(f"{output_dir} is on a disk with {free / gb:.1f} GB free; this run needs about "
+                         f"{need / gb:.1f} GB (three checkpoints of {ckpt / gb:.1f} GB: last.ckpt, its atomic "
+                         f"replacement and the best one; the export, {export / gb:.1f} GB). Fix: free space there, "
+                         "or paths.output_dir=<a folder on a larger disk>, or checkpoint.check_free_disk=false to "
+                         "run anyway (a full disk then stops the run at a checkpoint; the previous last.ckpt is kept).")
 
 
 def find_resume(ckpt_path: str | None, output_dir: Path, task_dir: Path) -> tuple[str | None, Path]:

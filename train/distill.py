@@ -42,7 +42,8 @@ from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
-from train.checkpointing import AtomicCheckpointIO, PeriodicLastCheckpoint, final_weights_win, find_resume
+from train.checkpointing import (AtomicCheckpointIO, PeriodicLastCheckpoint, check_free_disk, checkpoint_bytes,
+                                 final_weights_win, find_resume)
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
@@ -274,6 +275,9 @@ def train(cfg: DictConfig) -> dict:
     started = time.time()
 
     tokenizer, target, draft = build_models(cfg)
+    if cfg.checkpoint.get("check_free_disk", True):  # before answers and teacher caches, which can take hours
+        check_free_disk(output_dir, checkpoint_bytes(draft), sum(p.numel() * p.element_size()
+                                                                 for p in draft.parameters()))
     answer_missing_prompts(cfg, tokenizer, target)
     # a data source to rank (train_vocab_from) is read before the teacher cache, which can take an hour: a bad one
     # fails in seconds; `data` ranks the packed training blocks, after
