@@ -276,8 +276,8 @@ def train(cfg: DictConfig) -> dict:
 
     tokenizer, target, draft = build_models(cfg)
     if cfg.checkpoint.get("check_free_disk", True):  # before answers and teacher caches, which can take hours
-        check_free_disk(output_dir, checkpoint_bytes(draft), sum(p.numel() * p.element_size()
-                                                                 for p in draft.parameters()))
+        weights = sum(p.numel() * p.element_size() for p in draft.parameters())
+        check_free_disk(output_dir, checkpoint_bytes(draft), weights if cfg.export.enabled else 0)
     answer_missing_prompts(cfg, tokenizer, target)
     # a data source to rank (train_vocab_from) is read before the teacher cache, which can take an hour: a bad one
     # fails in seconds; `data` ranks the packed training blocks, after
