@@ -62,9 +62,14 @@ class PeriodicLastCheckpoint(Callback):
             trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable (and no Lightning notice)
 
 
+def weight_bytes(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Bytes of `model`'s weights (of the trainable ones only, if asked)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
 def checkpoint_bytes(model: torch.nn.Module) -> int:
     """About what one full checkpoint of `model` takes: its weights plus Adam's two moments per trainable weight."""
-    return sum(p.numel() * p.element_size() * (3 if p.requires_grad else 1) for p in model.parameters())
+    return weight_bytes(model) + 2 * weight_bytes(model, trainable_only=True)
 
 
 def disk_needed(ckpt: int, export: int) -> int:

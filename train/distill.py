@@ -43,7 +43,7 @@ from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import (AtomicCheckpointIO, PeriodicLastCheckpoint, check_free_disk, checkpoint_bytes,
-                                 final_weights_win, find_resume)
+                                 final_weights_win, find_resume, weight_bytes)
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
@@ -276,8 +276,7 @@ def train(cfg: DictConfig) -> dict:
 
     tokenizer, target, draft = build_models(cfg)
     if cfg.checkpoint.get("check_free_disk", True):  # before answers and teacher caches, which can take hours
-        weights = sum(p.numel() * p.element_size() for p in draft.parameters())
-        check_free_disk(output_dir, checkpoint_bytes(draft), weights if cfg.export.enabled else 0)
+        check_free_disk(output_dir, checkpoint_bytes(draft), weight_bytes(draft) if cfg.export.enabled else 0)
     answer_missing_prompts(cfg, tokenizer, target)
     # a data source to rank (train_vocab_from) is read before the teacher cache, which can take an hour: a bad one
     # fails in seconds; `data` ranks the packed training blocks, after
