@@ -43,6 +43,24 @@ def wandb_mode(requested: str = "auto", host: str = "api.wandb.ai") -> str:
     return "online"
 
 
+def eval_summary(records: list[dict]) -> dict:
+    """W&B summary keys per record: alpha, tau, speedup; with `reference_draft=`, the reference draft's records are
+    marked as such and every other draft's paired ratio over it is logged beside (what training buys)."""
+    refs = {r["over_reference"]["draft"] for r in records if r.get("over_reference")}
+    out = {}
+    for r in records:
+        key = f"{Path(r['draft']).name}/{r['domain']}/g{r['gamma']}/T{r['temperature']}"
+        out.update({f"{key}/alpha": r["alpha"], f"{key}/tau": r["tau"], f"{key}/speedup": r["speedup"]})
+        if r["draft"] in refs:
+            out[f"{key}/reference"] = True
+        if r.get("over_reference"):
+            over = r["over_reference"]
+            out.update({f"{key}/speedup_over_reference": over["speedup_ratio"],
+                        f"{key}/speedup_over_reference_ci": list(over["speedup_ratio_ci"]),
+                        f"{key}/alpha_over_reference": over["alpha_diff"]})
+    return out
+
+
 def log_eval_to_wandb(records: list[dict], conditions: dict, files: dict, cfg: dict, out: Path) -> None:
     """Eval results as a W&B run: a table, the plots as images, summary per record. Never raises."""
     try:
@@ -54,9 +72,7 @@ def log_eval_to_wandb(records: list[dict], conditions: dict, files: dict, cfg: d
         columns = [k for k in records[0] if not isinstance(records[0][k], (list, dict))] if records else []
         run.log({"eval/results": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in records])})
         run.log({f"eval/{p.stem}": wandb.Image(str(p)) for k, p in files.items() if k.startswith("plot")})
-        for r in records:
-            key = f"{Path(r['draft']).name}/{r['domain']}/g{r['gamma']}/T{r['temperature']}"
-            run.summary.update({f"{key}/alpha": r["alpha"], f"{key}/tau": r["tau"], f"{key}/speedup": r["speedup"]})
+        run.summary.update(eval_summary(records))
         run.finish()
         wandb.teardown()  # finish() returns before the service has flushed the run folder; teardown waits for it
     except Exception as err:  # noqa: BLE001 - tracking must never lose the results already written

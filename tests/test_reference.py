@@ -39,3 +39,21 @@ def test_records_are_paired_by_setting_and_gamma_auto_picks_may_differ():
 def test_prompts_must_match():
     with pytest.raises(ValueError, match="same prompts"):
         over_reference(rec("a", [1.0], 0.5), rec("b", [1.0, 2.0], 0.5))
+
+
+def test_wandb_shows_the_off_the_shelf_draft_as_the_reference():
+    from eval.tracking import eval_summary
+    from train.loggers import reference_summary
+
+    records = [{**rec("embedded:0.5b", [2.0, 2.0], 0.7), "tau": 2.1}, {**rec("outputs/run/export", [1.0, 1.0], 0.8), "tau": 2.4}]
+    assert add_reference(records, "embedded:0.5b") == 1
+    logged = eval_summary(records)
+    assert logged["embedded:0.5b/medical/g4/T0.0/reference"] is True
+    assert logged["export/medical/g4/T0.0/speedup_over_reference"] == pytest.approx(2.0)
+    assert logged["export/medical/g4/T0.0/alpha_over_reference"] == pytest.approx(0.1)
+    assert "export/medical/g4/T0.0/reference" not in logged
+    # training: a run that starts from a pretrained draft taken whole logs that draft, before training, as reference/*
+    run = {"setup": {"draft": "pretrained", "draft_from": "embedded:0.5b"}, "before": {"test/alpha": 0.7},
+           "after": {"test/alpha": 0.8}}
+    assert reference_summary(run) == {"reference/test/alpha": 0.7, "reference/draft": "embedded:0.5b off the shelf"}
+    assert reference_summary({**run, "setup": {"draft": "layers"}}) == {}  # a draft cut from the target: none

@@ -68,6 +68,18 @@ def run_name_and_tags(cfg, draft) -> tuple[str, list[str]]:
     return name, [str(cfg.data.name), str(cfg.loss.name), f"draft-{cfg.model.draft.kind}", f"{layers}L", size]
 
 
+def reference_summary(summary: dict) -> dict:
+    """W&B summary keys for the reference a run has to beat: when the draft started as a pretrained model taken
+    whole (an off-the-shelf draft such as Qwen2.5-Coder-0.5B), its metrics before training are that draft off the
+    shelf, logged as `reference/*` beside `final/*` (eval/compare.py shows the same as its reference rows)."""
+    setup = summary.get("setup", {})
+    if setup.get("draft") != "pretrained" or not summary.get("before"):
+        return {}
+    out = {f"reference/{k}": v for k, v in summary["before"].items()}
+    out["reference/draft"] = f"{setup.get('draft_from') or 'pretrained draft'} off the shelf"
+    return out
+
+
 def finish_wandb(loggers: list, summary: dict) -> None:
     """End-of-run W&B extras: before/final metrics as run summary and as a table, the export as a model artifact.
     Never raises: the run's files are already safe on disk."""
@@ -80,6 +92,7 @@ def finish_wandb(loggers: list, summary: dict) -> None:
             run = logger.experiment
             run.summary.update({f"before/{k}": v for k, v in summary["before"].items()})
             run.summary.update({f"final/{k}": v for k, v in summary["after"].items()})
+            run.summary.update(reference_summary(summary))
             run.summary.update({"steps": summary["steps"], "train_seconds": summary["seconds"],
                                 "export": summary.get("export")})
             keys = sorted(summary["after"])
