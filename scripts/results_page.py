@@ -465,9 +465,12 @@ def training_block(head: list[dict], labels: dict, to_root: str = "") -> list[st
         sources.append(f"- {trained['domain']}: {draft_label(trained['draft'], labels)} against "
                        f"{draft_label(trained['over_reference']['draft'], labels)}, γ={trained['gamma']} "
                        f"([{rel.name}]({to_root}{rel}/{PAGE}), measured {m['date']}, commit `{m['commit']}`; `{m['command']}`)")
-        conditions.append(conditions_line(data, "speculate"))
-    return rows + [""] + sources + ["", conditions[0] if len(set(conditions)) == 1 else
-                                    "Conditions: on each result's page (the runs differ in date and machine load)."]
+        # the commit each run used is on its line above; the rest of the conditions is shared or said per domain
+        conditions.append((trained["domain"], conditions_line(data, "speculate").split(", run on commit")[0]
+                           .removesuffix(".")))
+    common = {c for _, c in conditions}
+    return rows + [""] + sources + [""] + ([f"{common.pop()}."] if len(common) == 1 else
+                                          [f"{c.replace('Conditions:', f'Conditions ({d}):')}." for d, c in conditions])
 
 
 def readme_block(results: list[dict], labels: dict) -> str:
