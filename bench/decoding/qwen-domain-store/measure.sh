@@ -9,6 +9,9 @@
 # Environment: RUNS= (the training folder), OUT= (the bench folder), PROMPTS= (test prompts, default 12),
 # QUANT= (both drafts' weights while decoding, default int8: on medical tune prompts int4 costs agreement that int8
 # keeps, at about the same draft cost: bench/decoding/draft-quant-qwen-medical).
+# TEACHER= (cache, the default: the 1.5B's top-64 over every train block, built once before training; live: the 1.5B
+# scores each batch as training reads it, its full distribution, which costs less when a run reads fewer blocks than
+# the store holds; no cache is left behind for a later run),
 # RECIPE= (the training recipe, default qwen_coder: the whole 0.5B with LoRA; qwen_coder_layers: the 8-layer cut),
 # TRAIN_ARGS= (more train/distill.py overrides, e.g. TRAIN_ARGS="loss=forward_kl" for the cut, whose recipe learns by
 # cross-entropy).
@@ -25,6 +28,8 @@ PROMPTS=${PROMPTS:-12}
 QUANT=${QUANT:-int8}
 RECIPE=${RECIPE:-qwen_coder}
 TRAIN_ARGS=${TRAIN_ARGS:-}
+TEACHER=${TEACHER:-cache}
+case "$TEACHER" in cache|live) ;; *) echo "error: TEACHER=$TEACHER. Fix: TEACHER=cache or TEACHER=live"; exit 2;; esac
 [ -f "$STORE" ] || { echo "error: no store $STORE. Fix: generate it (data/stores/README.md)"; exit 2; }
 held=$(wc -l < "$STORE")
 [ "$held" -ge "$N" ] || { echo "error: $STORE holds $held answers, fewer than N=$N. Fix: grow it (data/stores/README.md)"; exit 2; }
@@ -36,7 +41,7 @@ if [ -f "$RUNS/export/config.json" ]; then
 else
     echo "== training on $N $DOMAIN answers, $STEPS steps ($(date +%H:%M)): $RUNS"
     "$PY" train/distill.py "+experiment=$RECIPE" "+domain=$DOMAIN" "data.store=$STORE" "data.generate.n_prompts=$N" \
-        data.generate.enabled=false teacher=cache model.draft.train_vocab=null model.draft.train_vocab_from=null \
+        data.generate.enabled=false "teacher=$TEACHER" model.draft.train_vocab=null model.draft.train_vocab_from=null \
         "trainer.max_steps=$STEPS" "trainer.val_check_interval=$((STEPS / 6))" "checkpoint.every_n_steps=$((STEPS / 12))" \
         "optim.warmup_steps=$((STEPS / 20))" logger=csv "task_name=qwen-$DOMAIN-store" "paths.output_dir=$RUNS" $TRAIN_ARGS
 fi
