@@ -29,7 +29,6 @@ QUANT=${QUANT:-int8}
 RECIPE=${RECIPE:-qwen_coder}
 TRAIN_ARGS=${TRAIN_ARGS:-}
 TEACHER=${TEACHER:-cache}
-case "$TEACHER" in cache|live) ;; *) echo "error: TEACHER=$TEACHER. Fix: TEACHER=cache or TEACHER=live"; exit 2;; esac
 [ -f "$STORE" ] || { echo "error: no store $STORE. Fix: generate it (data/stores/README.md)"; exit 2; }
 held=$(wc -l < "$STORE")
 [ "$held" -ge "$N" ] || { echo "error: $STORE holds $held answers, fewer than N=$N. Fix: grow it (data/stores/README.md)"; exit 2; }
