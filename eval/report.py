@@ -9,6 +9,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from data.progress import progress_bar
+
 log = logging.getLogger("draftsmith.eval")
 
 COLUMNS = ["engine", "draft", "proposer", "auto_off", "domain", "gamma", "confidence_threshold", "temperature", "alpha", "tau",
@@ -164,12 +166,12 @@ def policy_plot(records: list[dict], out: Path) -> Path:
 
 
 def grid_progress():
-    """The progress bar of an evaluation grid: what runs now, done / total, time spent and time left."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    """The progress bar of an evaluation grid: what runs now, done / total, time spent and time left (in a log file:
+    a line a minute, data/progress.py)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn())
+    return progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TimeRemainingColumn())
 
 
 PARTIAL = "results.partial.json"

@@ -1,6 +1,7 @@
 """Training end to end on tiny models: fit, checkpoint holds the draft only, export round trip."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -348,15 +349,31 @@ def test_step_description():
         progress_bar("fancy")
 
 
-@pytest.mark.parametrize("bar", ["tqdm", "rich"])
-def test_progress_bars_count_steps_against_the_budget(tmp_path, tiny_target_dir, text_file, capsys, bar):
-    """Lightning's own bars print 'Epoch 0/-2' for a run budgeted by max_steps; ours name the step."""
+@pytest.mark.parametrize("bar,terminal", [("tqdm", False), ("rich", True), ("rich", False)])
+def test_progress_bars_count_steps_against_the_budget(tmp_path, tiny_target_dir, text_file, capsys, caplog,
+                                                      monkeypatch, bar, terminal):
+    """Lightning's own bars print 'Epoch 0/-2' for a run budgeted by max_steps; ours name the step. Off a terminal
+    (a log file) rich's live bar would show nothing until the end: there the run logs step and validation lines."""
+    monkeypatch.setattr("train.progress.on_a_terminal", lambda: terminal)
+    caplog.set_level(logging.INFO, logger="draftsmith")
     cfg = tiny_cfg(tmp_path, tiny_target_dir, text_file, f"progress_bar={bar}", "export.enabled=false",
                    "spec_eval.enabled=false")
     train(cfg)
     printed = capsys.readouterr()
-    shown = printed.out + printed.err
+    shown = printed.out + printed.err + caplog.text
     assert "step 3/3" in shown and "/-2" not in shown
+    if bar == "rich" and not terminal:
+        assert "step 3/3 (100%), train/loss" in caplog.text and "validation at step 3: val/" in caplog.text
+        assert "━" not in printed.out + printed.err  # no live bar drawn into the log
+
+
+def test_step_lines_say_time_per_step_and_time_left_from_where_a_resumed_run_began():
+    from train.progress import StepLines
+    lines = StepLines()
+    lines.first_step = 40  # resumed at step 40
+    line = lines.step_line(60, 160, 600.0, {"train/loss": 0.4123, "val/kl": 0.5})
+    assert line == "step 60/160 (38%), train/loss 0.4123, 30.0 s/step, 0:10:00 spent, 0:50:00 left"
+    assert lines.step_line(40, -1, 5.0, {}) == "step 40, 0:00:05 spent"
 
 
 @pytest.mark.parametrize("recipe", ["qwen_coder_quick", "qwen_coder", "qwen_coder_layers_quick", "qwen_coder_layers"])

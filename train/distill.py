@@ -49,7 +49,7 @@ from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
 from train.scaling import is_fsdp, trainer_kwargs
 from train.module import DistillModule
-from train.progress import progress_bar
+from train.progress import StepLines, progress_bar
 
 log = logging.getLogger("draftsmith")
 # The frozen target sits in eval mode on purpose: Lightning's warning about it would only alarm users.
@@ -334,7 +334,7 @@ def train(cfg: DictConfig) -> dict:
     trainer = L.Trainer(**trainer_kwargs(OmegaConf.to_container(cfg.trainer, resolve=True)), logger=loggers or False,
                         callbacks=callbacks, default_root_dir=str(output_dir),
                         plugins=[] if "deepspeed" in str(cfg.trainer.get("strategy")) else [AtomicCheckpointIO()],
-                        enable_progress_bar=cfg.progress_bar != "none")
+                        enable_progress_bar=bar is not None and not isinstance(bar, StepLines))
 
     before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)

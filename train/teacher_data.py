@@ -10,10 +10,11 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
 from data.checks import UsageError
 from data.generated import append_records, check_store_settings, domain_prompts, done_prompts, drop_torn_tail
+from data.progress import progress_bar
 from decode.drafts.quantize import quantize_draft
 from decode.kernels.fast_linear import fast_cpu_linears
 from decode.kernels.runtime import setup_cpu
@@ -107,10 +108,10 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None, stats: dict | N
 
 def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path, draft=None) -> dict:
     started, answered_tokens = time.time(), 0
-    columns = [TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeRemainingColumn()]
-    with Progress(*columns) as progress:
-        task = progress.add_task("gen", total=len(todo), rate="")
+    with progress_bar(*columns) as progress:
+        task = progress.add_task("generating answers", total=len(todo), rate="")
         for start in range(0, len(todo), cfg.batch_size):
             chunk = todo[start:start + cfg.batch_size]
             answers = answer_batch(target, tokenizer, chunk, cfg, draft)

@@ -1,0 +1,86 @@
+"""Progress for long work that reaches a log file too.
+
+rich's live bar redraws one terminal line; written to a file (`nohup ... > log`, CI) it shows nothing until the work
+ends. `progress_bar` gives that bar on a terminal (or in Jupyter) and, anywhere else, `LineProgress`: the same calls
+(add_task, update, advance), printed as one plain line per task at most every `every_s` seconds and once at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def on_a_terminal() -> bool:
+    """Whether rich can draw a live bar here (a terminal or a notebook), as rich itself decides."""
+    from rich.console import Console
+
+    console = Console()
+    return console.is_terminal or console.is_jupyter
+
+
+def progress_bar(*columns, every_s: float = 60.0, live: bool | None = None):
+    """rich's Progress with `columns` when `live` (default: on_a_terminal()), else LineProgress."""
+    if live if live is not None else on_a_terminal():
+        from rich.progress import Progress
+
+        return Progress(*columns)
+    return LineProgress(every_s)
+
+
+def clock(seconds: float) -> str:
+    """h:mm:ss."""
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class LineProgress:
+    """The part of rich.progress.Progress used here, printed as plain lines on `stream` (default stderr)."""
+
+    def __init__(self, every_s: float = 60.0, stream=None):
+        self.every_s, self.stream, self.tasks = every_s, stream, []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for task_id, task in enumerate(self.tasks):
+            if task["printed"] != task["completed"]:
+                self._print(task_id)
+        return False
+
+    def add_task(self, description: str, total: float | None = None, **fields) -> int:
+        now = time.monotonic()
+        self.tasks.append({"description": description, "total": total, "completed": 0, "fields": fields,
+                           "started": now, "last": now, "printed": None})
+        return len(self.tasks) - 1
+
+    def update(self, task_id: int, advance: float = 0, completed: float | None = None, description: str | None = None,
+               total: float | None = None, **fields) -> None:
+        task = self.tasks[task_id]
+        task["completed"] = completed if completed is not None else task["completed"] + advance
+        task["description"] = description if description is not None else task["description"]
+        task["total"] = total if total is not None else task["total"]
+        task["fields"].update(fields)
+        done = task["total"] is not None and task["completed"] >= task["total"]
+        if done or time.monotonic() - task["last"] >= self.every_s:
+            self._print(task_id)
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def line(self, task_id: int) -> str:
+        """'description: 120/400 (30%), <fields>, 0:02:00 spent, 0:04:40 left'."""
+        task = self.tasks[task_id]
+        done, total, spent = task["completed"], task["total"], time.monotonic() - task["started"]
+        parts = [f"{task['description']}: {done:g}" + (f"/{total:g} ({done / total:.0%})" if total else "")]
+        parts += [str(v) for v in task["fields"].values() if str(v)]
+        parts.append(f"{clock(spent)} spent")
+        if total and 0 < done < total:
+            parts.append(f"{clock(spent / done * (total - done))} left")
+        return ", ".join(parts)
+
+    def _print(self, task_id: int) -> None:
+        task = self.tasks[task_id]
+        print(self.line(task_id), file=self.stream or sys.stderr, flush=True)
+        task["last"], task["printed"] = time.monotonic(), task["completed"]

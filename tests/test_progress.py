@@ -1,0 +1,42 @@
+"""data/progress.py: rich's live bar on a terminal, plain lines in a log file."""
+import io
+
+from rich.progress import Progress
+
+from data.progress import LineProgress, clock, progress_bar
+
+
+def test_a_terminal_gets_the_live_bar_a_log_file_gets_lines():
+    assert isinstance(progress_bar(live=True), Progress)
+    assert isinstance(progress_bar(live=False), LineProgress)
+
+
+def test_lines_at_most_every_interval_and_always_the_last(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("data.progress.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    with LineProgress(every_s=60, stream=out) as progress:
+        task = progress.add_task("generating answers", total=400, rate="")
+        for _ in range(10):  # 10 s apart: one line a minute
+            now[0] += 10
+            progress.update(task, advance=16, rate="27 answer tok/s")
+        now[0] += 10
+        progress.update(task, completed=400)
+    lines = out.getvalue().splitlines()
+    assert lines == ["generating answers: 96/400 (24%), 27 answer tok/s, 0:01:00 spent, 0:03:10 left",
+                     "generating answers: 400/400 (100%), 27 answer tok/s, 0:01:50 spent"]
+
+
+def test_work_stopped_early_prints_where_it_stopped_and_a_task_without_total_counts(monkeypatch):
+    out = io.StringIO()
+    with LineProgress(every_s=3600, stream=out) as progress:
+        a = progress.add_task("decoding", total=10)
+        b = progress.add_task("scoring")
+        progress.advance(a, 3)
+        progress.update(b, advance=5, description="scoring drafts")
+    lines = out.getvalue().splitlines()
+    assert [line.split(", ")[0] for line in lines] == ["decoding: 3/10 (30%)", "scoring drafts: 5"]
+
+
+def test_clock():
+    assert clock(0) == "0:00:00" and clock(3725.4) == "1:02:05"
