@@ -45,7 +45,8 @@ class StepTQDMProgressBar(TQDMProgressBar):
 
 
 class StepLines(Callback):
-    """Training progress as log lines: at most one per `every_s` seconds, the last step, and each validation."""
+    """Training progress as log lines from the first process: at most one per `every_s` seconds, the last step, and
+    each validation."""
 
     def __init__(self, every_s: float = 60.0):
         self.every_s, self.started, self.first_step, self.last = every_s, None, 0, 0.0
@@ -56,6 +57,8 @@ class StepLines(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         now, step, budget = time.monotonic(), trainer.global_step, trainer.max_steps
+        if not trainer.is_global_zero:  # one line per step, not one per process
+            return
         if now - self.last >= self.every_s or (budget and budget > 0 and step >= budget):
             self.last = now
             log.info(self.step_line(step, budget, now - self.started, trainer.callback_metrics))
@@ -73,7 +76,7 @@ class StepLines(Callback):
         return ", ".join(parts)
 
     def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking:
+        if trainer.sanity_checking or not trainer.is_global_zero:
             return
         val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         if val:
