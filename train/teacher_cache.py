@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from data.atomic import temp_dir
+from data.progress import progress_bar
 from data.teacher_cache_files import DONE
 
 log = logging.getLogger(__name__)
@@ -104,46 +105,55 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
                 shard_blocks: int = 64, info: dict | None = None, aux_layers: list[int] | None = None) -> Path:
     """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`: the
     target's top-k, or with top_k None its final hidden states and `aux_layers`' inputs (`features_of_target`)."""
-    import datasets
-    from tqdm.auto import tqdm
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     out = Path(out)
     if (out / DONE).is_file():
         log.info("teacher cache complete: %s", out)
         return out
     out.mkdir(parents=True, exist_ok=True)
+    what = "features" if top_k is None else f"top-{top_k}"
     for split, blocks in splits.items():
-        n = len(blocks)
-        shards = range(0, n, shard_blocks)
-        what = "features" if top_k is None else f"top-{top_k}"
-        bar = tqdm(total=n, desc=f"caching the target's {what} ({split})", unit="block")
-        for start in shards:
-            shard_dir = out / split / f"{start:08d}"
-            if shard_dir.is_dir():  # written atomically: present means complete
-                bar.update(min(start + shard_blocks, n) - start)
-                continue
-            rows: dict[str, list] = {}
-            for b in range(start, min(start + shard_blocks, n), batch_size):
-                ids = torch.stack([torch.as_tensor(blocks[i]["input_ids"]) for i in range(b, min(b + batch_size,
-                                                                                            start + shard_blocks, n))])
-                ids = ids.to(target.device)
-                computed = (features_of_target(target, ids, aux_layers) if top_k is None
-                            else topk_of_target(target, ids, top_k))
-                for key, value in computed.items():
-                    rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
-                bar.update(len(ids))
-            tmp = temp_dir(out, "shard")  # a dead run's half-written shards go first
-            try:
-                datasets.Dataset.from_dict(rows).save_to_disk(str(tmp))
-                shard_dir.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp, shard_dir)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-        bar.close()
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TimeRemainingColumn()) as progress:
+            bar = progress.add_task(f"caching the target's {what} ({split} blocks)", total=len(blocks))
+            cache_split(target, blocks, out / split, top_k, batch_size, shard_blocks, aux_layers,
+                        lambda k: progress.advance(bar, k))
     extra = {"aux_layers": list(aux_layers)} if aux_layers else {}
     (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
                                         **{f"{s}_blocks": len(b) for s, b in splits.items()}, **(info or {})}, indent=1))
     return out
+
+
+def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, shard_blocks: int,
+                aux_layers: list[int] | None, advance) -> None:
+    """One split's shards of `shard_blocks` blocks each under `out`; a shard already there is kept. `advance(k)`
+    counts blocks done."""
+    import datasets
+
+    n = len(blocks)
+    for start in range(0, n, shard_blocks):
+        shard_dir = out / f"{start:08d}"
+        if shard_dir.is_dir():  # written atomically: present means complete
+            advance(min(start + shard_blocks, n) - start)
+            continue
+        rows: dict[str, list] = {}
+        for b in range(start, min(start + shard_blocks, n), batch_size):
+            ids = torch.stack([torch.as_tensor(blocks[i]["input_ids"]) for i in range(b, min(b + batch_size,
+                                                                                        start + shard_blocks, n))])
+            ids = ids.to(target.device)
+            computed = (features_of_target(target, ids, aux_layers) if top_k is None
+                        else topk_of_target(target, ids, top_k))
+            for key, value in computed.items():
+                rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
+            advance(len(ids))
+        tmp = temp_dir(out.parent, "shard")  # a dead run's half-written shards go first
+        try:
+            datasets.Dataset.from_dict(rows).save_to_disk(str(tmp))
+            shard_dir.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, shard_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _SparseKL(torch.autograd.Function):
