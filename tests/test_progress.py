@@ -27,7 +27,7 @@ def test_lines_at_most_every_interval_and_always_the_last(monkeypatch):
                      "generating answers: 400/400 (100%), 27 answer tok/s, 0:01:50 spent"]
 
 
-def test_work_stopped_early_prints_where_it_stopped_and_a_task_without_total_counts(monkeypatch):
+def test_work_stopped_early_prints_where_it_stopped_and_a_task_without_total_counts():
     out = io.StringIO()
     with LineProgress(every_s=3600, stream=out) as progress:
         a = progress.add_task("decoding", total=10)
