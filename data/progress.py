@@ -20,11 +20,14 @@ def on_a_terminal() -> bool:
 
 
 def progress_bar(*columns, every_s: float = 60.0, live: bool | None = None):
-    """rich's Progress with `columns` when `live` (default: on_a_terminal()), else LineProgress."""
+    """rich's Progress with `columns` (default: what runs now, a bar, done / total, time spent, time left) when
+    `live` (default: on_a_terminal()), else LineProgress."""
     if live if live is not None else on_a_terminal():
-        from rich.progress import Progress
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
-        return Progress(*columns)
+        return Progress(*(columns or (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TimeRemainingColumn())))
     return LineProgress(every_s)
 
 

@@ -168,10 +168,7 @@ def policy_plot(records: list[dict], out: Path) -> Path:
 def grid_progress():
     """The progress bar of an evaluation grid: what runs now, done / total, time spent and time left (in a log file:
     a line a minute, data/progress.py)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn())
+    return progress_bar()
 
 
 PARTIAL = "results.partial.json"

@@ -105,8 +105,6 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
                 shard_blocks: int = 64, info: dict | None = None, aux_layers: list[int] | None = None) -> Path:
     """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`: the
     target's top-k, or with top_k None its final hidden states and `aux_layers`' inputs (`features_of_target`)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     out = Path(out)
     if (out / DONE).is_file():
         log.info("teacher cache complete: %s", out)
@@ -114,8 +112,7 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
     out.mkdir(parents=True, exist_ok=True)
     what = "features" if top_k is None else f"top-{top_k}"
     for split, blocks in splits.items():
-        with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TimeRemainingColumn()) as progress:
+        with progress_bar() as progress:
             bar = progress.add_task(f"caching the target's {what} ({split} blocks)", total=len(blocks))
             cache_split(target, blocks, out / split, top_k, batch_size, shard_blocks, aux_layers,
                         lambda k: progress.advance(bar, k))
