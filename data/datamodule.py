@@ -205,6 +205,9 @@ class DistillDataModule(L.LightningDataModule):
             global_batch = self.batch_size * world
             per_epoch = len(self.train_set) // global_batch
             sampler.skip = (trainer.global_step * trainer.accumulate_grad_batches % per_epoch) * global_batch
+            if sampler.skip:
+                log.info("data: resumed at step %d mid-epoch: this epoch skips the %d blocks already trained on",
+                         trainer.global_step, sampler.skip)
         return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           collate_fn=self._collate, num_workers=self.num_workers)
 

@@ -2,6 +2,7 @@
 uninterrupted one (same seed, same data order, optimizer and schedule restored)."""
 
 import csv
+import warnings
 
 import pytest
 import torch
@@ -30,7 +31,8 @@ def crash_at(monkeypatch, step: int):
     monkeypatch.setattr(DistillModule, "training_step", crashing)
 
 
-def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_target_dir, text_file, monkeypatch):
+def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_target_dir, text_file, monkeypatch,
+                                                                 caplog):
     whole = train(tiny_cfg(tmp_path / "whole", tiny_target_dir, text_file, *RUN))
     # one last.ckpt (the periodic writer and Lightning's save_last share it) and one best: no last-v1.ckpt copies
     names = sorted(p.name for p in (tmp_path / "whole" / "run" / "checkpoints").iterdir())
@@ -41,7 +43,12 @@ def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_t
             train(tiny_cfg(tmp_path / "crashed", tiny_target_dir, text_file, *RUN))
     run = tmp_path / "crashed" / "run"
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
-    resumed = train(tiny_cfg(tmp_path / "crashed", tiny_target_dir, text_file, *RUN))  # the same command again
+    caplog.set_level("INFO")
+    with warnings.catch_warnings(record=True) as caught:
+        resumed = train(tiny_cfg(tmp_path / "crashed", tiny_target_dir, text_file, *RUN))  # the same command again
+    # it says it skips what step 4 had read, and Lightning's warning that it cannot is silenced
+    assert "resumed at step 4 mid-epoch: this epoch skips the" in caplog.text
+    assert not [w for w in caught if "not resumable" in str(w.message)]
     assert resumed["steps"] == whole["steps"] == 6
     for key in ("val/kl", "val/expected_accept", "val/top1_agree"):
         assert resumed["after"][key] == pytest.approx(whole["after"][key], rel=1e-4, abs=1e-6)

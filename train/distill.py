@@ -52,10 +52,20 @@ from train.module import DistillModule
 from train.progress import StepLines, progress_bar
 
 log = logging.getLogger("draftsmith")
-# The frozen target sits in eval mode on purpose: Lightning's warning about it would only alarm users.
-warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
-warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
-# ...nor its advertisement for a cloud logging service at every start.
+
+
+def quiet_known_warnings() -> None:
+    """Lightning warnings that would only mislead here. Installed when a run starts (a filter installed at import
+    is lost when a caller such as pytest restores the warning filters after importing this module)."""
+    # the frozen target sits in eval mode on purpose
+    warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    # a resumed run skips the batches it already trained on (data/datamodule.py logs how many): the warning that
+    # the dataloader "is not resumable" would say the opposite
+    warnings.filterwarnings("ignore", message=r".*ended before the epoch ended and your dataloader is not resumable.*")
+
+
+# Lightning's advertisement for a cloud logging service at every start would only distract.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: "litlogger" not in r.getMessage())
 # before/after table: teacher-forced metrics on held-out text; speculative decoding on the test prompts
 METRICS = ("val/top1_agree", "val/expected_accept", "val/kl", "test/alpha", "test/tau", "test/speedup")
@@ -259,6 +269,7 @@ def metrics_table(before: dict, after: dict) -> str:
 
 
 def train(cfg: DictConfig) -> dict:
+    quiet_known_warnings()
     check_config(cfg)
     check_inputs(cfg, [store for store, *_ in generated_stores(cfg)])
     setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
