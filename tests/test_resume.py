@@ -21,6 +21,11 @@ def step_losses(run_dir) -> dict[int, float]:
         return {int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")}
 
 
+def validation_steps(run_dir) -> list[int]:
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return [int(r["step"]) for r in csv.DictReader(f) if r.get("val/kl")]
+
+
 def crash_at(monkeypatch, step: int):
     original = DistillModule.training_step
 
@@ -46,6 +51,10 @@ def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_t
     caplog.set_level("INFO")
     with warnings.catch_warnings(record=True) as caught:
         resumed = train(tiny_cfg(tmp_path / "crashed", tiny_target_dir, text_file, *RUN))  # the same command again
+    # the weights before training are not validated again: the first attempt's figures, and one step-0 row
+    assert resumed["before"] == whole["before"]
+    assert "the before-training metrics are the first attempt's" in caplog.text
+    assert validation_steps(run) == validation_steps(tmp_path / "whole" / "run")
     # it says it skips what step 4 had read, and Lightning's warning that it cannot is silenced
     assert "resumed at step 4 mid-epoch: this epoch skips the" in caplog.text
     assert not [w for w in caught if "not resumable" in str(w.message)]
@@ -73,6 +82,23 @@ def test_ckpt_path_last_continues_the_newest_run_of_the_task(tmp_path, tiny_targ
     with pytest.raises(FileNotFoundError, match="does not exist"):
         find_resume(str(tmp_path / "missing.ckpt"), tmp_path, tmp_path)
     assert find_resume(None, tmp_path, tmp_path) == (None, tmp_path)
+
+
+def test_metrics_csv_is_written_at_every_checkpoint(tmp_path):
+    """A kill -9 loses no row logged before the checkpoint it resumes from (Lightning alone flushes every 100 steps)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from train.checkpointing import FlushLogsAtCheckpoints
+
+    logger = CSVLogger(save_dir=str(tmp_path), name="csv", version="")
+    logger.log_metrics({"val/kl": 0.5}, step=3)
+    path = tmp_path / "csv" / "metrics.csv"
+    assert not path.is_file() or "0.5" not in path.read_text()  # buffered
+    FlushLogsAtCheckpoints().on_save_checkpoint(SimpleNamespace(loggers=[logger]), None, {})
+    rows = list(csv.DictReader(path.open()))
+    assert [(r["step"], r["val/kl"]) for r in rows] == [("3", "0.5")]
 
 
 def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):

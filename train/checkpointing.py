@@ -7,6 +7,7 @@ the default `ckpt_path=auto` finds it) continues from the last checkpoint.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -60,6 +61,35 @@ class PeriodicLastCheckpoint(Callback):
         if self.every > 0 and step > 0 and step % self.every == 0 and getattr(self, "_saved", -1) != step:
             self._saved = step
             trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable (and no Lightning notice)
+
+
+class FlushLogsAtCheckpoints(Callback):
+    """Write the CSV logger's buffered rows whenever a checkpoint is taken, so metrics.csv holds every row up to the
+    checkpoint a crashed run resumes from (Lightning flushes only every 100 steps: a validation logged between two
+    flushes would be lost for good, as the resumed run does not repeat it)."""
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        for logger in trainer.loggers:
+            if type(logger).__name__ == "CSVLogger":
+                logger.save()
+
+
+def save_before(path: Path, metrics: dict) -> None:
+    """Keep the before-training metrics beside the checkpoints (atomically), for a resumed run to reuse."""
+    fd, tmp = temp_file(path.parent, path.name)
+    with os.fdopen(fd, "w") as f:
+        json.dump(metrics, f, indent=2)
+    os.replace(tmp, path)
+
+
+def load_before(path: Path, resume: str | None) -> dict | None:
+    """The metrics of the weights before training, as the interrupted attempt of a resumed run measured them (None:
+    a fresh run, or the attempt stopped before it wrote them). Saves a resumed run a second validation of the same
+    starting weights, and metrics.csv a second step-0 row."""
+    if not resume or not path.is_file():
+        return None
+    log.info("resumed run: the before-training metrics are the first attempt's (%s)", path)
+    return {k: float(v) for k, v in json.loads(path.read_text()).items()}
 
 
 def weight_bytes(model: torch.nn.Module, trainable_only: bool = False) -> int:

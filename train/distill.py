@@ -42,8 +42,9 @@ from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
-from train.checkpointing import (AtomicCheckpointIO, PeriodicLastCheckpoint, check_free_disk, checkpoint_bytes,
-                                 final_weights_win, find_resume, weight_bytes)
+from train.checkpointing import (AtomicCheckpointIO, FlushLogsAtCheckpoints, PeriodicLastCheckpoint, check_free_disk,
+                                 checkpoint_bytes, final_weights_win, find_resume, load_before, save_before,
+                                 weight_bytes)
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
@@ -63,6 +64,8 @@ def quiet_known_warnings() -> None:
     # a resumed run skips the batches it already trained on (data/datamodule.py logs how many): the warning that
     # the dataloader "is not resumable" would say the opposite
     warnings.filterwarnings("ignore", message=r".*ended before the epoch ended and your dataloader is not resumable.*")
+    # train/loggers.py keeps a resumed run's metrics.csv rows: the warning that they will be deleted is wrong
+    warnings.filterwarnings("ignore", message=r".*Experiment logs directory .*csv.* exists and is not empty.*")
 
 
 # Lightning's advertisement for a cloud logging service at every start would only distract.
@@ -328,7 +331,8 @@ def train(cfg: DictConfig) -> dict:
                                  monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
                                  enable_version_counter=False)  # one last.ckpt, shared with PeriodicLastCheckpoint
     last_validation = LastFitValidation()
-    callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation]
+    callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation,
+                 FlushLogsAtCheckpoints()]
     spec_eval = build_spec_eval(cfg, tokenizer, target, ranking)
     if cfg.teacher == "cache":
         del target
@@ -347,7 +351,12 @@ def train(cfg: DictConfig) -> dict:
                         plugins=[] if "deepspeed" in str(cfg.trainer.get("strategy")) else [AtomicCheckpointIO()],
                         enable_progress_bar=bar is not None and not isinstance(bar, StepLines))
 
-    before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+    before_file = output_dir / "before.json"
+    before = load_before(before_file, resume)
+    if before is None:
+        before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+        if trainer.is_global_zero:
+            save_before(before_file, before)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     step = trainer.global_step
     if last_validation.step == step and (spec_eval is None or spec_eval.measured_at_step == step):
