@@ -77,9 +77,13 @@ class FlushLogsAtCheckpoints(Callback):
 def save_before(path: Path, metrics: dict) -> None:
     """Keep the before-training metrics beside the checkpoints (atomically), for a resumed run to reuse."""
     fd, tmp = temp_file(path.parent, path.name)
-    with os.fdopen(fd, "w") as f:
-        json.dump(metrics, f, indent=2)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(metrics, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_before(path: Path, resume: str | None) -> dict | None:
