@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,20 +25,28 @@ log = logging.getLogger(__name__)
 LAST = "last.ckpt"
 
 
-def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """torch.save to a temporary file in the same folder, fsync, then rename over `path` (atomic on POSIX)."""
+@contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb"):
+    """A file opened at a temporary name in `path`'s folder; when the block ends without error it is fsynced and
+    renamed over `path` (atomic on POSIX), otherwise removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = temp_file(path.parent, path.name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+        with os.fdopen(fd, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """torch.save through atomic_file: a crash leaves the previous file or the new one, never half of one."""
+    with atomic_file(path) as f:
+        torch.save(obj, f)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -72,18 +81,6 @@ class FlushLogsAtCheckpoints(Callback):
         for logger in trainer.loggers:
             if type(logger).__name__ == "CSVLogger":
                 logger.save()
-
-
-def save_before(path: Path, metrics: dict) -> None:
-    """Keep the before-training metrics beside the checkpoints (atomically), for a resumed run to reuse."""
-    fd, tmp = temp_file(path.parent, path.name)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(metrics, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_before(path: Path, resume: str | None) -> dict | None:

@@ -42,8 +42,8 @@ from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
-from train.checkpointing import (AtomicCheckpointIO, FlushLogsAtCheckpoints, PeriodicLastCheckpoint, check_free_disk,
-                                 checkpoint_bytes, final_weights_win, find_resume, load_before, save_before,
+from train.checkpointing import (AtomicCheckpointIO, FlushLogsAtCheckpoints, PeriodicLastCheckpoint, atomic_file,
+                                 check_free_disk, checkpoint_bytes, final_weights_win, find_resume, load_before,
                                  weight_bytes)
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
@@ -356,7 +356,8 @@ def train(cfg: DictConfig) -> dict:
     if before is None:
         before = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
         if trainer.is_global_zero:
-            save_before(before_file, before)
+            with atomic_file(before_file, "w") as f:  # a resumed run reuses it (load_before)
+                json.dump(before, f, indent=2)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     step = trainer.global_step
     if last_validation.step == step and (spec_eval is None or spec_eval.measured_at_step == step):
