@@ -21,6 +21,11 @@ def step_losses(run_dir) -> dict[int, float]:
         return {int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")}
 
 
+def loss_row_steps(run_dir) -> list[int]:
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        return [int(r["step"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
 def validation_steps(run_dir) -> list[int]:
     with open(run_dir / "csv" / "metrics.csv") as f:
         return [int(r["step"]) for r in csv.DictReader(f) if r.get("val/kl")]
@@ -65,6 +70,8 @@ def test_crashed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_t
     w, r = step_losses(tmp_path / "whole" / "run"), step_losses(run)
     assert {4, 5} <= set(w) and {4, 5} <= set(r)
     assert [r[s] for s in (4, 5)] == pytest.approx([w[s] for s in (4, 5)], rel=1e-4)
+    # one row per step, as in the uninterrupted run: what the crashed attempt logged after step 4 is not kept twice
+    assert loss_row_steps(run) == loss_row_steps(tmp_path / "whole" / "run")
 
 
 def test_ckpt_path_last_continues_the_newest_run_of_the_task(tmp_path, tiny_target_dir, text_file, monkeypatch):

@@ -93,6 +93,14 @@ def load_before(path: Path, resume: str | None) -> dict | None:
     return {k: float(v) for k, v in json.loads(path.read_text()).items()}
 
 
+def checkpoint_step(resume: str | None) -> int | None:
+    """The training step a checkpoint was saved at (None: no checkpoint, or a sharded one kept as a folder). Read
+    memory-mapped, so the weights are not loaded."""
+    if not resume or not Path(resume).is_file():
+        return None
+    return int(torch.load(resume, map_location="cpu", mmap=True, weights_only=False)["global_step"])
+
+
 def weight_bytes(model: torch.nn.Module, trainable_only: bool = False) -> int:
     """Bytes of `model`'s weights (of the trainable ones only, if asked)."""
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not trainable_only)

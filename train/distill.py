@@ -43,8 +43,8 @@ from train.callbacks import LastFitValidation, SpeculativeEval
 from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import (AtomicCheckpointIO, FlushLogsAtCheckpoints, PeriodicLastCheckpoint, atomic_file,
-                                 check_free_disk, checkpoint_bytes, final_weights_win, find_resume, load_before,
-                                 weight_bytes)
+                                 check_free_disk, checkpoint_bytes, checkpoint_step, final_weights_win, find_resume,
+                                 load_before, weight_bytes)
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
@@ -343,7 +343,8 @@ def train(cfg: DictConfig) -> dict:
         callbacks.append(bar)
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     logger_cfg["tags"] = list(logger_cfg.get("tags") or []) + tags
-    loggers = build_loggers(logger_cfg, output_dir, run_name, OmegaConf.to_container(cfg, resolve=True))
+    loggers = build_loggers(logger_cfg, output_dir, run_name, OmegaConf.to_container(cfg, resolve=True),
+                            resume_step=checkpoint_step(resume))
     if loggers:  # Lightning refuses a learning-rate monitor without a logger (logger=none)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = L.Trainer(**trainer_kwargs(OmegaConf.to_container(cfg.trainer, resolve=True)), logger=loggers or False,
