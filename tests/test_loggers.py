@@ -2,7 +2,7 @@
 
 import csv
 
-from train.loggers import resumable_csv_logger
+from train.loggers import resumable_csv_logger, rows_before
 
 
 def test_a_resumed_run_appends_to_the_csv_log_instead_of_replacing_it(tmp_path):
@@ -34,13 +34,15 @@ def test_rows_logged_after_the_resumed_checkpoint_are_dropped(tmp_path):
     with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(int(r["step"]), float(r["train/loss"])) for r in rows] == [(0, 1.1), (1, 1.0), (2, 0.9), (3, 0.75)]
+    # a checkpoint whose step cannot be read (a sharded one, a folder) keeps every row, as before
+    assert len(rows_before((tmp_path / "csv" / "metrics.csv").read_text(), None)[1]) == 4
 
 
 def test_a_fresh_start_replaces_an_earlier_attempts_log(tmp_path):
     first = resumable_csv_logger(tmp_path)
     first.log_metrics({"train/loss": 1.0}, step=1)
     first.save()
-    fresh = resumable_csv_logger(tmp_path, resume_step=None)  # no checkpoint survived: training starts at step 0
+    fresh = resumable_csv_logger(tmp_path, resumed=False)  # no checkpoint survived: training starts at step 0
     fresh.log_metrics({"train/loss": 2.0}, step=1)
     fresh.save()
     with open(tmp_path / "csv" / "metrics.csv", newline="") as f:

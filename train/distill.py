@@ -344,7 +344,7 @@ def train(cfg: DictConfig) -> dict:
     logger_cfg = OmegaConf.to_container(cfg.logger, resolve=True)
     logger_cfg["tags"] = list(logger_cfg.get("tags") or []) + tags
     loggers = build_loggers(logger_cfg, output_dir, run_name, OmegaConf.to_container(cfg, resolve=True),
-                            resume_step=checkpoint_step(resume))
+                            resumed=bool(resume), resume_step=checkpoint_step(resume))
     if loggers:  # Lightning refuses a learning-rate monitor without a logger (logger=none)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     trainer = L.Trainer(**trainer_kwargs(OmegaConf.to_container(cfg.trainer, resolve=True)), logger=loggers or False,

@@ -18,13 +18,13 @@ log = logging.getLogger(__name__)
 
 
 def build_loggers(cfg: dict, output_dir: str | Path, run_name: str, config_to_log: dict | None = None,
-                  resume_step: int | None = None) -> list:
-    """The CSV logger, and W&B beside it when asked. `resume_step`: the step of the checkpoint a resumed run starts
-    from (None: a fresh start); see resumable_csv_logger."""
+                  resumed: bool = False, resume_step: int | None = None) -> list:
+    """The CSV logger, and W&B beside it when asked. `resumed`: the run continues from a checkpoint saved after
+    `resume_step` steps (None: not known); see resumable_csv_logger."""
     kind = cfg.get("name", "csv")
     if kind in (None, "none"):
         return []
-    csv = resumable_csv_logger(output_dir, resume_step)
+    csv = resumable_csv_logger(output_dir, resumed, resume_step)
     if kind == "csv":
         return [csv]
     if kind != "wandb":
@@ -46,17 +46,17 @@ def build_loggers(cfg: dict, output_dir: str | Path, run_name: str, config_to_lo
         return [csv]
 
 
-def resumable_csv_logger(output_dir: str | Path, resume_step: int | None = None) -> CSVLogger:
+def resumable_csv_logger(output_dir: str | Path, resumed: bool = True, resume_step: int | None = None) -> CSVLogger:
     """<output_dir>/csv/metrics.csv. A run resumed from a checkpoint saved after `resume_step` optimizer steps keeps
     the rows its earlier attempts logged for those steps and appends its own (Lightning's CSV writer would delete
     the file). Lightning labels a row with the number of steps taken before its batch, so the checkpoint's steps are
     the rows labelled below `resume_step`, and the validation run right after them (which the resumed run does not
     repeat). Rows an attempt logged after the checkpoint and then died are dropped: the resumed run logs those steps
-    again, and its rows are what the exported model saw. A fresh start (resume_step None) in a folder an earlier
-    attempt left begins a new file."""
+    again, and its rows are what the exported model saw (a checkpoint whose step is not known, resume_step None,
+    keeps every row). A fresh start (resumed False) in a folder an earlier attempt left begins a new file."""
     logger = CSVLogger(save_dir=str(output_dir), name="csv", version="")
     path = Path(logger.log_dir) / "metrics.csv"
-    if path.is_file() and resume_step is not None:
+    if path.is_file() and resumed:
         header, kept, dropped = rows_before(path.read_text(), resume_step)
         writer = logger.experiment  # creating the writer deletes the file
         with path.open("w", newline="") as f:
@@ -64,21 +64,23 @@ def resumable_csv_logger(output_dir: str | Path, resume_step: int | None = None)
             out.writerow(header)
             out.writerows(kept)
         writer.metrics_keys = sorted(header)  # what the file's rows hold; new keys rewrite the header
-        log.info("resumed run at step %d: appending to %s (%d rows kept, %d logged after that checkpoint dropped)",
-                 resume_step, path, len(kept), dropped)
+        log.info("resumed run at step %s: appending to %s (%d rows kept, %d logged after that checkpoint dropped)",
+                 resume_step if resume_step is not None else "?", path, len(kept), dropped)
     elif path.is_file():
         log.info("fresh start: %s from an earlier attempt is replaced", path)
     return logger
 
 
-def rows_before(text: str, step: int) -> tuple[list[str], list[list[str]], int]:
-    """A metrics.csv's header, its rows labelled below `step`, and how many rows it holds from `step` on."""
+def rows_before(text: str, step: int | None) -> tuple[list[str], list[list[str]], int]:
+    """A metrics.csv's header, its rows labelled below `step` (None: every row), and how many it holds from `step`
+    on."""
     reader = csv_module.reader(io.StringIO(text))
     header = next(reader, [])
     column = header.index("step") if "step" in header else None
     kept, dropped = [], 0
     for row in reader:
-        if column is not None and row[column] not in ("", None) and int(float(row[column])) >= step:
+        has_step = step is not None and column is not None and row[column] not in ("", None)
+        if has_step and int(float(row[column])) >= step:
             dropped += 1
         else:
             kept.append(row)
