@@ -3,11 +3,14 @@
 rich's live bar redraws one terminal line; written to a file (`nohup ... > log`, CI) it shows nothing until the work
 ends. `progress_bar` gives that bar on a terminal (or in Jupyter) and, anywhere else, `LineProgress`: the same calls
 (add_task, update, advance), printed as one plain line per task at most every `every_s` seconds and once at the end.
+A task that makes no progress for `every_s` seconds (one slow batch of a 1.5B target) still gets its line on the clock,
+its time spent growing, so a log never goes quiet while work runs.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 
@@ -38,36 +41,54 @@ def clock(seconds: float) -> str:
 
 
 class LineProgress:
-    """The part of rich.progress.Progress used here, printed as plain lines on `stream` (default stderr)."""
+    """The part of rich.progress.Progress used here, printed as plain lines on `stream` (default stderr). Inside
+    `with`, a heartbeat thread prints the line of any unfinished task that has printed nothing for `every_s` seconds."""
 
     def __init__(self, every_s: float = 60.0, stream=None):
         self.every_s, self.stream, self.tasks = every_s, stream, []
+        self._lock, self._stop, self._heartbeat = threading.Lock(), threading.Event(), None
 
     def __enter__(self):
+        self._stop.clear()
+        self._heartbeat = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+        self._heartbeat.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
         for task_id, task in enumerate(self.tasks):
             if task["printed"] != task["completed"]:
                 self._print(task_id)
         return False
 
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s / 4):
+            with self._lock:
+                for task_id, task in enumerate(self.tasks):
+                    finished = task["total"] is not None and task["completed"] >= task["total"]
+                    if not finished and time.monotonic() - task["last"] >= self.every_s:
+                        self._print(task_id)
+
     def add_task(self, description: str, total: float | None = None, **fields) -> int:
         now = time.monotonic()
-        self.tasks.append({"description": description, "total": total, "completed": 0, "fields": fields,
-                           "started": now, "last": now, "printed": None})
-        return len(self.tasks) - 1
+        with self._lock:
+            self.tasks.append({"description": description, "total": total, "completed": 0, "fields": fields,
+                               "started": now, "last": now, "printed": None})
+            return len(self.tasks) - 1
 
     def update(self, task_id: int, advance: float = 0, completed: float | None = None, description: str | None = None,
                total: float | None = None, **fields) -> None:
-        task = self.tasks[task_id]
-        task["completed"] = completed if completed is not None else task["completed"] + advance
-        task["description"] = description if description is not None else task["description"]
-        task["total"] = total if total is not None else task["total"]
-        task["fields"].update(fields)
-        done = task["total"] is not None and task["completed"] >= task["total"]
-        if done or time.monotonic() - task["last"] >= self.every_s:
-            self._print(task_id)
+        with self._lock:
+            task = self.tasks[task_id]
+            task["completed"] = completed if completed is not None else task["completed"] + advance
+            task["description"] = description if description is not None else task["description"]
+            task["total"] = total if total is not None else task["total"]
+            task["fields"].update(fields)
+            done = task["total"] is not None and task["completed"] >= task["total"]
+            if done or time.monotonic() - task["last"] >= self.every_s:
+                self._print(task_id)
 
     def advance(self, task_id: int, advance: float = 1) -> None:
         self.update(task_id, advance=advance)

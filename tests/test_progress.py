@@ -1,5 +1,6 @@
 """data/progress.py: rich's live bar on a terminal, plain lines in a log file."""
 import io
+import time
 
 from rich.progress import Progress
 
@@ -40,3 +41,17 @@ def test_work_stopped_early_prints_where_it_stopped_and_a_task_without_total_cou
 
 def test_clock():
     assert clock(0) == "0:00:00" and clock(3725.4) == "1:02:05"
+
+
+def test_a_task_stuck_in_one_long_batch_still_prints_on_the_clock():
+    out = io.StringIO()
+    with LineProgress(every_s=0.05, stream=out) as progress:
+        task = progress.add_task("generating answers", total=4)
+        time.sleep(0.4)  # the first batch has not finished: no update at all
+        beats = out.getvalue().splitlines()
+        progress.update(task, completed=4)
+    assert len(beats) >= 2 and all(line.startswith("generating answers: 0/4 (0%)") for line in beats)
+    assert out.getvalue().splitlines()[-1].startswith("generating answers: 4/4 (100%)")
+    after = out.getvalue()
+    time.sleep(0.2)  # the heartbeat stops with the block
+    assert out.getvalue() == after
