@@ -62,3 +62,43 @@ def reference_table(records: list[dict]) -> str:
                      f"({ref.get('speedup', float('nan')):.2f}x) | **{o['speedup_ratio']:.2f}x** [{lo:.2f}, {hi:.2f}] | "
                      f"{o['alpha_diff']:+.3f} |")
     return "\n".join(lines)
+
+
+def choose(records: list[dict], reference: str, level: float = 0.95) -> dict:
+    """The rule `choose.sh` applies on tune prompts: among the drafts other than `reference`, in the reference's one
+    setting, the highest speedup over target-only wins. Each candidate is also set against the winner, prompts paired
+    (`over_winner`), and `tie` says whether the runner-up's interval against the winner contains 1: the rule still
+    names a winner, but the margin is not resolved by these prompts."""
+    refs = [r for r in records if r.get("draft") == reference and "per_prompt" in r]
+    if len(refs) != 1:
+        raise ValueError(f"choose needs the reference {reference!r} measured in exactly one setting, found {len(refs)}.")
+    candidates = [r for r in records if r.get("draft") != reference and "per_prompt" in r
+                  and setting_of(r) == setting_of(refs[0])]
+    if not candidates:
+        raise ValueError("choose needs at least one draft besides the reference, in the reference's setting.")
+    ranked = sorted(candidates, key=lambda r: r["speedup"], reverse=True)
+    winner = ranked[0]
+    rows = [{"draft": r["draft"], "alpha": r["alpha"], "cost_ratio_c": r.get("cost_ratio_c"), "speedup": r["speedup"],
+             "speedup_ci": r.get("speedup_ci"), "over_reference": over_reference(r, refs[0], level),
+             "over_winner": None if r is winner else over_reference(r, winner, level)} for r in ranked]
+    tie = len(rows) > 1 and rows[1]["over_winner"]["speedup_ratio_ci"][0] <= 1.0 <= rows[1]["over_winner"]["speedup_ratio_ci"][1]
+    return {"rule": "the highest speedup over target-only wins", "reference": reference, "winner": winner["draft"],
+            "tie": tie, "ranked": rows}
+
+
+def choice_table(choice: dict) -> str:
+    """Markdown: the candidates, fastest first, each against the reference and against the winner (paired)."""
+    lines = ["| draft | α | c | speedup over target-only | ÷ reference [95% CI] | ÷ winner [95% CI] |",
+             "|---|---|---|---|---|---|"]
+    for r in choice["ranked"]:
+        ref, win = r["over_reference"], r["over_winner"]
+        ci = r["speedup_ci"] or [float("nan")] * 2
+        c = "–" if r["cost_ratio_c"] is None else f"{r['cost_ratio_c']:.3f}"
+        lines.append(f"| {r['draft']} | {r['alpha']:.3f} | {c} | {r['speedup']:.3f}x [{ci[0]:.2f}, {ci[1]:.2f}] "
+                     f"| {ref['speedup_ratio']:.2f}x [{ref['speedup_ratio_ci'][0]:.2f}, {ref['speedup_ratio_ci'][1]:.2f}] "
+                     + ("| winner |" if win is None else
+                        f"| {win['speedup_ratio']:.2f}x [{win['speedup_ratio_ci'][0]:.2f}, {win['speedup_ratio_ci'][1]:.2f}] |"))
+    verdict = (f"Chosen: {choice['winner']} ({choice['rule']})" +
+               ("; a tie: the runner-up's paired interval against it contains 1, so these prompts do not resolve "
+                "the margin." if choice["tie"] else "; the runner-up's paired interval against it lies below 1."))
+    return "\n".join(lines + ["", verdict])

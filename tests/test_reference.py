@@ -57,3 +57,43 @@ def test_wandb_shows_the_off_the_shelf_draft_as_the_reference():
            "after": {"test/alpha": 0.8}}
     assert reference_summary(run) == {"reference/test/alpha": 0.7, "reference/draft": "embedded:0.5b off the shelf"}
     assert reference_summary({**run, "setup": {"draft": "layers"}}) == {}  # a draft cut from the target: none
+
+
+def test_choose_names_the_fastest_and_says_when_the_runner_up_is_a_tie():
+    from eval.reference import choice_table, choose
+
+    def cand(draft, spec_s, speedup, alpha):
+        return {**rec(draft, spec_s, alpha, gamma_setting="3"), "speedup": speedup, "speedup_ci": [speedup - 0.1, speedup + 0.1]}
+
+    ref = cand("0.5b", [2.0, 2.0, 2.0, 2.0], 1.5, 0.68)
+    fast, close = cand("cut", [1.0, 1.2, 0.8, 1.0], 3.0, 0.59), cand("lora", [1.1, 1.0, 0.9, 1.05], 2.9, 0.72)
+    other_t = {**cand("lora", [0.1] * 4, 9.0, 0.9), "temperature": 1.0}  # another setting: not a candidate
+    choice = choose([ref, close, fast, other_t], "0.5b")
+    assert choice["winner"] == "cut" and choice["tie"]
+    assert [r["draft"] for r in choice["ranked"]] == ["cut", "lora"] and choice["ranked"][0]["over_winner"] is None
+    assert choice["ranked"][0]["over_reference"]["speedup_ratio"] == pytest.approx(2.0)
+    assert "a tie" in choice_table(choice) and "| winner |" in choice_table(choice)
+    slow = cand("lora", [2.0, 2.4, 1.6, 2.0], 1.5, 0.72)  # half the winner's speed on every prompt
+    resolved = choose([ref, fast, slow], "0.5b")
+    assert not resolved["tie"] and resolved["ranked"][1]["over_winner"]["speedup_ratio_ci"][1] < 1.0
+    with pytest.raises(ValueError, match="besides the reference"):
+        choose([ref], "0.5b")
+    with pytest.raises(ValueError, match="exactly one setting"):
+        choose([fast], "0.5b")
+
+
+def test_choose_draft_script_writes_the_choice_and_fails_clearly(tmp_path, capsys):
+    import json
+
+    from scripts.choose_draft import main
+
+    records = [{**rec("0.5b", [2.0, 2.0], 0.7, gamma_setting="3"), "speedup": 1.5},
+               {**rec("cut", [1.0, 1.0], 0.6, gamma_setting="3"), "speedup": 3.0}]
+    add_reference(records, "0.5b")
+    (tmp_path / "results.json").write_text(json.dumps({"conditions": {}, "records": records}))
+    assert main([str(tmp_path / "results.json")]) == 0
+    assert json.loads((tmp_path / "choice.json").read_text())["winner"] == "cut"
+    assert "Chosen: cut" in (tmp_path / "choice.md").read_text()
+    assert main([str(tmp_path / "missing.json")]) == 2 and "Fix: run" in capsys.readouterr().err
+    (tmp_path / "results.json").write_text(json.dumps({"conditions": {}, "records": [rec("cut", [1.0], 0.6)]}))
+    assert main([str(tmp_path / "results.json")]) == 2 and "reference_draft=" in capsys.readouterr().err

@@ -3,7 +3,9 @@
 # The off-the-shelf 0.5B (the reference) and each export decode the domain's tune prompts greedily, each taking turns
 # with target-only decoding prompt by prompt, at measure.sh's settings (gamma=3, int8, heads cut to the store's 8192
 # most frequent ids). The draft with the highest speedup over target-only (tokens/s over the same prompts' target-only
-# tokens/s) is the one whose measure.sh test run is the domain's trained draft in the README.
+# tokens/s) is the one whose measure.sh test run is the domain's trained draft in the README. scripts/choose_draft.py
+# applies the rule and sets every candidate against the winner prompt by prompt (choice.md, choice.json in OUT), so a
+# margin these prompts do not resolve is called a tie.
 #     bash bench/decoding/qwen-domain-store/choose.sh medical outputs/qwen-medical-2000-240/export outputs/qwen-medical-cut-480/export
 # Environment: OUT= (the bench folder), PROMPTS= (tune prompts, default 8), TOKENS= (new tokens each, default 96).
 set -euo pipefail
@@ -24,4 +26,5 @@ echo "== tune prompts, $DOMAIN, greedy ($(date +%H:%M)): $OUT"
 # make bench-qwen-domain's settings (measure.sh's), on the tune split, greedy only; DRAFT lists every export
 make bench-qwen-domain "DOMAIN=$DOMAIN" "DRAFT=$(IFS=,; echo "$*")" "QWEN_DOMAIN_STORE=$STORE" "PY=$PY" \
     ARGS="split=tune n_prompts=$PROMPTS max_new_tokens=$TOKENS temperature=[0] out=$OUT"
+"$PY" scripts/choose_draft.py "$OUT/results.json"
 echo "== done ($(date +%H:%M)): $OUT"
