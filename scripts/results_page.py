@@ -7,8 +7,9 @@ README's tables (from current results only).
 
 Every kept result is a folder under bench/<topic>/ with a meta.json: title, date, the commit it landed in, the
 command that reproduces it, and which files hold what (`files`: path -> kind: speculate | acceptance |
-bench_decoder | draft_quant | files). Tables are rendered from those files, never typed by hand. One result may say
-`"headline": true`: its table also goes into README.md between the results markers; results that say
+bench_decoder | draft_quant | files). Tables are rendered from those files, never typed by hand. Results that say
+`"headline": true` go into README.md between the results markers (trained drafts against their reference: one table
+row per domain and temperature, `"headline_temperatures": [0.0]` keeping only some); results that say
 `"policies": "<pair>"` share the policy table of docs/decoder.md (between the policies markers). Drafts are named by
 bench/drafts.json (local output paths -> what the draft is). A result is archived when its meta.json says why
 (`"archived": "<reason>"`) or when it was measured before the held-out tune / test prompt sets existed.
@@ -449,33 +450,40 @@ def measures_training(head: list[dict]) -> bool:
 
 def training_block(head: list[dict], labels: dict, to_root: str = "") -> list[str]:
     """Issue #43's "what training buys" table: per domain and temperature, the off-the-shelf draft and the trained
-    one from the same interleaved run, and the paired per-prompt ratio of their speedups; then where each came from."""
-    rows = ["| domain | T | α: off the shelf → trained | speedup over target-only: off the shelf | trained "
-            "| trained / off the shelf, paired |", "|---|---|---|---|---|---|"]
-    sources, conditions = [], []
+    one from the same interleaved run, and the paired per-prompt ratio of their speedups; then where each came from.
+    A headline result with `headline_temperatures` gives only those rows (a domain whose tune prompts chose one draft
+    greedy and another at T=1); rows go by domain, in order of first appearance, then temperature."""
+    rows, sources, conditions, domains = [], [], [], []
     for m in head:
         data = speculate_data(m)
+        temps = m.get("headline_temperatures")
+        keep = [r for r in data["records"] if "over_reference" in r and (temps is None or r["temperature"] in temps)]
         refs = {(r["domain"], r["temperature"]): r for r in data["records"] if "over_reference" not in r}
-        for r in data["records"]:
-            over = r.get("over_reference")
-            if over is None:
-                continue
-            ref = refs[(r["domain"], r["temperature"])]
-            rows.append(f"| {r['domain']} | {r['temperature']:g} | {f3(ref['alpha'])} → {f3(r['alpha'])} "
-                        f"({over['alpha_diff']:+.3f}) | {fx(ref['speedup'])}{interval(ref.get('speedup_ci'), f2)} "
-                        f"| {fx(r['speedup'])}{interval(r.get('speedup_ci'), f2)} "
-                        f"| **{fx(over['speedup_ratio'])}**{interval(over['speedup_ratio_ci'], f2)} |")
-        trained = next(r for r in data["records"] if "over_reference" in r)
+        for r in keep:
+            over, ref = r["over_reference"], refs[(r["domain"], r["temperature"])]
+            domains += [r["domain"]] if r["domain"] not in domains else []
+            rows.append(((domains.index(r["domain"]), r["temperature"]),
+                         f"| {r['domain']} | {r['temperature']:g} | {f3(ref['alpha'])} → {f3(r['alpha'])} "
+                         f"({over['alpha_diff']:+.3f}) | {fx(ref['speedup'])}{interval(ref.get('speedup_ci'), f2)} "
+                         f"| {fx(r['speedup'])}{interval(r.get('speedup_ci'), f2)} "
+                         f"| **{fx(over['speedup_ratio'])}**{interval(over['speedup_ratio_ci'], f2)} |"))
+        trained = keep[0]
         rel = m["dir"].relative_to(ROOT)
-        sources.append(f"- {trained['domain']}: {draft_label(trained['draft'], labels)} against "
-                       f"{draft_label(trained['over_reference']['draft'], labels)}, γ={trained['gamma']} "
-                       f"([{rel.name}]({to_root}{rel}/{PAGE}), measured {m['date']}, commit `{m['commit']}`; `{m['command']}`)")
+        which = trained["domain"] + ("" if temps is None else " (" + ", ".join(f"T={t:g}" for t in temps) + ")")
+        sources.append(((domains.index(trained["domain"]), min(r["temperature"] for r in keep)),
+                        f"- {which}: {draft_label(trained['draft'], labels)} against "
+                        f"{draft_label(trained['over_reference']['draft'], labels)}, γ={trained['gamma']} "
+                        f"([{rel.name}]({to_root}{rel}/{PAGE}), measured {m['date']}, commit `{m['commit']}`; `{m['command']}`)"))
         # the commit each run used is on its line above; the rest of the conditions is shared or said per domain
         conditions.append((trained["domain"], conditions_line(data, "speculate").split(", run on commit")[0]
                            .removesuffix(".")))
+    header = ["| domain | T | α: off the shelf → trained | speedup over target-only: off the shelf | trained "
+              "| trained / off the shelf, paired |", "|---|---|---|---|---|---|"]
     common = {c for _, c in conditions}
-    return rows + [""] + sources + [""] + ([f"{common.pop()}."] if len(common) == 1 else
-                                          [f"{c.replace('Conditions:', f'Conditions ({d}):')}." for d, c in conditions])
+    return (header + [row for _, row in sorted(rows, key=lambda x: x[0])] + [""]
+            + [line for _, line in sorted(sources, key=lambda x: x[0])] + [""]
+            + ([f"{common.pop()}."] if len(common) == 1 else
+               [f"{c.replace('Conditions:', f'Conditions ({d}):')}." for d, c in dict.fromkeys(conditions)]))
 
 
 def readme_block(results: list[dict], labels: dict) -> str:

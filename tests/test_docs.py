@@ -149,3 +149,36 @@ def test_a_weight_format_result_shows_its_paired_differences_when_it_has_them():
     paired = {"a": "embedded:d, int4", "b": "embedded:d, float", "difference": -0.026, "stderr": 0.012}
     lines = results_page.draft_quant_table({"records": [record], "paired": [paired]}, {})
     assert lines[:3] == older and lines[-1] == "| embedded:d, int4 | embedded:d, float | -0.026 ± 0.012 |"
+
+
+def test_what_training_buys_takes_each_domain_and_temperature_from_the_draft_chosen_for_it(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(results_page, "ROOT", tmp_path)
+
+    def result(name, draft, domain, ratios, **meta):
+        folder = tmp_path / "bench" / "decoding" / name
+        folder.mkdir(parents=True)
+        records = []
+        for t, ratio in ratios.items():
+            base = {"domain": domain, "temperature": t, "gamma": 3, "alpha": 0.7, "speedup": 1.5, "speedup_ci": [1.4, 1.6],
+                    "n_prompts": 12, "split": "test"}
+            records += [{**base, "draft": "ref"}, {**base, "draft": draft, "alpha": 0.72, "over_reference": {
+                "draft": "ref", "speedup_ratio": ratio, "speedup_ratio_ci": [ratio - 0.1, ratio + 0.1], "alpha_diff": 0.02}}]
+        (folder / "results.json").write_text(json.dumps({"records": records, "conditions": {}}))
+        return {"dir": folder, "date": "2026-12-06", "commit": "abc", "command": f"run {name}", "headline": True,
+                "files": {"results.json": "speculate"}, **meta}
+
+    lora = result("lora", "lora", "medical", {0.0: 1.03, 1.0: 0.99}, headline_temperatures=[1.0])
+    code = result("code", "code-lora", "code", {0.0: 1.02, 1.0: 1.01})
+    cut = result("cut", "cut", "medical", {0.0: 1.08, 1.0: 0.96}, headline_temperatures=[0.0])
+    lines = results_page.training_block([lora, code, cut], {})
+    rows = [line for line in lines if line.startswith("| medical") or line.startswith("| code")]
+    assert [r.split(" | ")[:2] for r in rows] == [["| medical", "0"], ["| medical", "1"], ["| code", "0"], ["| code", "1"]]
+    assert "**1.08x**" in rows[0] and "**0.99x**" in rows[1]  # greedy from the cut, T=1 from LoRA; 1.03x and 0.96x left out
+    sources = [line for line in lines if line.startswith("- ")]
+    assert [s.split(":")[0] for s in sources] == ["- medical (T=0)", "- medical (T=1)", "- code"]
+    assert "run cut" in sources[0] and "run lora" in sources[1]
