@@ -458,6 +458,9 @@ def training_block(head: list[dict], labels: dict, to_root: str = "") -> list[st
         data = speculate_data(m)
         temps = m.get("headline_temperatures")
         keep = [r for r in data["records"] if "over_reference" in r and (temps is None or r["temperature"] in temps)]
+        if not keep:
+            raise SystemExit(f"error: {m['dir']}/meta.json: no record against a reference at headline_temperatures "
+                             f"{temps}. Fix: name temperatures the run measured, or drop the key")
         refs = {(r["domain"], r["temperature"]): r for r in data["records"] if "over_reference" not in r}
         for r in keep:
             over, ref = r["over_reference"], refs[(r["domain"], r["temperature"])]

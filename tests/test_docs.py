@@ -182,3 +182,5 @@ def test_what_training_buys_takes_each_domain_and_temperature_from_the_draft_cho
     sources = [line for line in lines if line.startswith("- ")]
     assert [s.split(":")[0] for s in sources] == ["- medical (T=0)", "- medical (T=1)", "- code"]
     assert "run cut" in sources[0] and "run lora" in sources[1]
+    with pytest.raises(SystemExit, match="headline_temperatures"):  # a temperature the run never measured
+        results_page.training_block([{**lora, "headline_temperatures": [0.5]}], {})
