@@ -6,7 +6,7 @@
 # tokens/s) is the one whose measure.sh test run is the domain's trained draft in the README. scripts/choose_draft.py
 # applies the rule and sets every candidate against the winner prompt by prompt (choice.md, choice.json in OUT), so a
 # margin these prompts do not resolve is called a tie.
-#     bash bench/decoding/qwen-domain-store/choose.sh medical outputs/qwen-medical-2000-240/export outputs/qwen-medical-cut-480/export
+#     bash bench/decoding/qwen-domain-store/choose.sh medical outputs/qwen-medical-2000-240/export outputs/qwen-medical-cut-960/export
 # Environment: OUT= (the bench folder), PROMPTS= (tune prompts, default 8), TOKENS= (new tokens each, default 96),
 # TEMPERATURE= (default 0, greedy: the choice the README's row follows; 1.0 asks which draft to sample with).
 set -euo pipefail
