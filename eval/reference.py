@@ -81,9 +81,15 @@ def choose(records: list[dict], reference: str, level: float = 0.95) -> dict:
     rows = [{"draft": r["draft"], "alpha": r["alpha"], "cost_ratio_c": r.get("cost_ratio_c"), "speedup": r["speedup"],
              "speedup_ci": r.get("speedup_ci"), "over_reference": over_reference(r, refs[0], level),
              "over_winner": None if r is winner else over_reference(r, winner, level)} for r in ranked]
-    tie = len(rows) > 1 and rows[1]["over_winner"]["speedup_ratio_ci"][0] <= 1.0 <= rows[1]["over_winner"]["speedup_ratio_ci"][1]
+    lo, hi = rows[1]["over_winner"]["speedup_ratio_ci"] if len(rows) > 1 else (None, None)
+    tie = lo is not None and lo <= 1.0 <= hi
     return {"rule": "the highest speedup over target-only wins", "reference": reference, "winner": winner["draft"],
             "tie": tie, "ranked": rows}
+
+
+def _ratio(o: dict) -> str:
+    lo, hi = o["speedup_ratio_ci"]
+    return f"{o['speedup_ratio']:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
 def choice_table(choice: dict) -> str:
@@ -91,13 +97,11 @@ def choice_table(choice: dict) -> str:
     lines = ["| draft | α | c | speedup over target-only | ÷ reference [95% CI] | ÷ winner [95% CI] |",
              "|---|---|---|---|---|---|"]
     for r in choice["ranked"]:
-        ref, win = r["over_reference"], r["over_winner"]
         ci = r["speedup_ci"] or [float("nan")] * 2
         c = "–" if r["cost_ratio_c"] is None else f"{r['cost_ratio_c']:.3f}"
+        win = "winner" if r["over_winner"] is None else _ratio(r["over_winner"])
         lines.append(f"| {r['draft']} | {r['alpha']:.3f} | {c} | {r['speedup']:.3f}x [{ci[0]:.2f}, {ci[1]:.2f}] "
-                     f"| {ref['speedup_ratio']:.2f}x [{ref['speedup_ratio_ci'][0]:.2f}, {ref['speedup_ratio_ci'][1]:.2f}] "
-                     + ("| winner |" if win is None else
-                        f"| {win['speedup_ratio']:.2f}x [{win['speedup_ratio_ci'][0]:.2f}, {win['speedup_ratio_ci'][1]:.2f}] |"))
+                     f"| {_ratio(r['over_reference'])} | {win} |")
     verdict = (f"Chosen: {choice['winner']} ({choice['rule']})" +
                ("; a tie: the runner-up's paired interval against it contains 1, so these prompts do not resolve "
                 "the margin." if choice["tie"] else "; the runner-up's paired interval against it lies below 1."))
