@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -63,9 +64,16 @@ def read_jsonl(path, what: str, limit: int | None = None) -> list[tuple[int, dic
     """(line number, object) of every non-blank line of a JSONL file (the first `limit`), each one JSON object."""
     rows = []
     for number, text in read_lines(path, what, limit):
+        if text.startswith("\ufeff"):
+            raise UsageError(f"{what}: {path} starts with a byte-order mark (BOM, as some Windows editors save "
+                             "UTF-8). Fix: save it as UTF-8 without BOM, e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' <file>.")
         try:
             row = json.loads(text)
         except json.JSONDecodeError as e:
+            if not rows and text.strip() in ("[", "{"):
+                raise UsageError(f"{what}: {path} is one JSON document spread over lines (a pretty-printed "
+                                 f"{'array' if text.strip() == '[' else 'object'}), not JSON Lines. Fix: one object "
+                                 "per line, e.g. jq -c '.[]' <file> > <file>.jsonl.") from None
             raise UsageError(f"{what}: {path} line {number} is not valid JSON ({e.msg} at column {e.colno}). Fix: "
                              "one JSON object per line, e.g. {\"prompt\": \"...\"}.") from None
         if not isinstance(row, dict):
@@ -85,6 +93,18 @@ def check_messages(messages, where: str) -> None:
                              f"got {json.dumps(m)[:80]}.")
         if m["role"] not in ("system", "user", "assistant", "tool"):
             raise UsageError(f"{where}: message {i + 1} has role {m['role']!r}. Fix: system, user or assistant.")
+    check_encodable([m["content"] for m in messages], where)
+
+
+def check_encodable(texts: list[str], where: str) -> None:
+    """Text a tokenizer can encode: JSON's \\ud800-style escapes can spell lone surrogates, which are no text."""
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise UsageError(f"{where}: holds a lone surrogate ({text[e.start:e.end].encode('unicode_escape').decode()} "
+                             f"at character {e.start + 1}; JSON escapes like \\ud800 must come in pairs). Fix: write "
+                             "the character itself, or drop it.") from None
 
 
 def check_prompt_rows(rows: list[tuple[int, dict]], path) -> None:
@@ -102,6 +122,11 @@ def check_prompt_rows(rows: list[tuple[int, dict]], path) -> None:
             if row["messages"][-1]["role"] != "user":
                 raise UsageError(f"{where}: the last message must be the user's (the model answers it), got "
                                  f"{row['messages'][-1]['role']!r}.")
+            if not row["messages"][-1]["content"].strip():
+                raise UsageError(f"{where}: the last user message has empty \"content\" (nothing to answer). Fix: "
+                                 "give it the question, or drop the line.")
+        texts = [row["prompt"]] if "prompt" in row else [m["content"] for m in row["messages"]]
+        check_encodable(texts, where)
         if row.get("split", "test") not in ("tune", "test"):
             raise UsageError(f"{where}: \"split\" must be tune or test, got {row['split']!r}.")
 
@@ -134,16 +159,32 @@ def check_data_file(path, fmt: str, what: str, torn_tail_ok: bool = False) -> No
 
 
 def writable_dir(path, what: str) -> Path:
-    """A folder that exists or can be created, and can be written: its nearest existing ancestor is writable."""
+    """A folder that exists or can be created, and can be written: a file is created in its nearest existing
+    ancestor and removed again (os.access says yes to root, even under /proc or on a read-only mount)."""
     folder = Path(str(path)).expanduser()
     probe = folder
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{what}: {probe} is a file, so {folder} cannot be a folder. Fix: choose another path.")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{what}: cannot write under {probe}. Fix: choose a writable path.")
+    try:
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".draftsmith-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise UsageError(f"{what}: cannot write under {probe} ({e.strerror or e}). Fix: choose a writable path.") \
+            from None
     return folder
+
+
+def list_value(value, key: str, example: str):
+    """A config value that must be a list (`drafts=/path` without brackets is a string, which would be read letter
+    by letter): returned as a Python list."""
+    from omegaconf import ListConfig
+
+    if not isinstance(value, (list, tuple, ListConfig)):
+        raise UsageError(f"{key} must be a list, got {value!r}. Fix: brackets, e.g. {key}=[{example}].")
+    return list(value)
 
 
 def number_in(value, name: str, low=None, high=None, integer: bool = False, low_open: bool = False,

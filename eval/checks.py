@@ -10,9 +10,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from data.checks import UsageError, check_data_file, check_prompt_rows, number_in, read_jsonl, writable_dir
+from data.checks import (UsageError, check_data_file, check_prompt_rows, list_value, number_in, read_jsonl,
+                         writable_dir)
+from data.owned import check_replaceable
 from decode.drafts.kinds import feature_kind_of
-from eval.preflight import check_same_vocabulary, model_folder
+from eval.preflight import check_device, check_dtype, check_same_vocabulary, model_folder
 
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
 ROUTER = "router"  # the record name of the router over prompt lookup and every draft
@@ -32,7 +34,27 @@ def check_branching(branching: list) -> None:
         raise UsageError(f"tree.branching must be a non-empty list of integers >= 1, got {branching}.")
 
 
+def check_sampling(cfg: DictConfig) -> None:
+    """temperature (a list of numbers >= 0), top_p in (0, 1] and top_k >= 1 (or null), the device and the dtypes:
+    what eval/speculate.py and eval/acceptance.py share."""
+    for key, example in (("drafts", "outputs/distill/<run>/export"), ("temperature", "0,1.0")):
+        list_value(cfg[key], key, example)
+    for t in cfg.temperature:
+        number_in(t, "temperature", 0)
+    if cfg.get("top_p") is not None:
+        number_in(cfg.top_p, "top_p", 0, 1, low_open=True)
+    if cfg.get("top_k") is not None:
+        number_in(cfg.top_k, "top_k", 1, integer=True)
+    check_device(cfg.get("device", "auto"))
+    check_dtype(cfg.dtype, "dtype")
+    if cfg.get("draft_dtype") is not None:
+        check_dtype(cfg.draft_dtype, "draft_dtype")
+
+
 def check_eval_config(cfg: DictConfig) -> None:
+    check_sampling(cfg)
+    for key in ("proposers", "domains"):
+        list_value(cfg[key], key, "draft" if key == "proposers" else "general,code")
     gammas = [cfg.gamma] if isinstance(cfg.gamma, (int, str)) else list(cfg.gamma)
     if any(g != "auto" and (not isinstance(g, int) or g < 1) for g in gammas):
         raise UsageError(f"gamma must be integers >= 1 or 'auto', got {gammas}.")
@@ -44,14 +66,11 @@ def check_eval_config(cfg: DictConfig) -> None:
                          "greedy path); when sampling, give the longest draft instead, e.g. gamma=[4,6].")
     if cfg.split not in ("tune", "test"):
         raise UsageError(f"split must be test (the reported numbers) or tune, got {cfg.split!r}.")
+    number_in(cfg.repeats, "repeats", 1, integer=True)
+    number_in(cfg.n_prompts, "n_prompts", 1, integer=True)
     if cfg.repeats < 1 or cfg.n_prompts < 2:
         raise UsageError(f"repeats must be >= 1 and n_prompts >= 2 (an interval across prompts needs several), got "
                          f"repeats={cfg.repeats}, n_prompts={cfg.n_prompts}.")
-    for t in cfg.temperature:
-        if t < 0:
-            raise UsageError(f"temperature must be >= 0, got {t}.")
-    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
-        raise UsageError(f"top_p must be in (0, 1], got {cfg.top_p}.")
     if not cfg.drafts:
         raise UsageError("drafts=[...] must list at least one exported draft folder (or Hub id).")
     ref = cfg.get("reference_draft")
@@ -199,10 +218,9 @@ def check_speculate(cfg: DictConfig) -> None:
 
 def check_acceptance(cfg: DictConfig) -> None:
     """eval/acceptance.py."""
+    check_sampling(cfg)
     if not cfg.drafts:
         raise UsageError("drafts=[...] must list at least one exported draft folder (or Hub id).")
-    for t in cfg.temperature:
-        number_in(t, "temperature", 0)
     for key in ("n_prompts", "samples_per_prompt", "max_new_tokens", "batch_size"):
         number_in(cfg[key], key, 1, integer=True)
     if cfg.split not in ("tune", "test"):
@@ -214,7 +232,7 @@ def check_acceptance(cfg: DictConfig) -> None:
 
 def check_compare(cfg: DictConfig) -> None:
     """eval/compare.py: the run folders exist and are finished runs."""
-    if not cfg.runs:
+    if not list_value(cfg.runs, "runs", "outputs/distill/*"):
         raise UsageError("runs=[...] is empty. Fix: list run folders, e.g. 'runs=[outputs/distill/*]'.")
     for pattern in cfg.runs:
         found = sorted(glob.glob(str(pattern))) or [str(pattern)]
@@ -223,9 +241,12 @@ def check_compare(cfg: DictConfig) -> None:
                 raise UsageError(f"runs: {path} has no summary.json: not a finished training run. Fix: pass run "
                                  "folders train/distill.py finished (outputs/distill/<run>).")
             try:
-                json.loads((path / "summary.json").read_text())
-            except json.JSONDecodeError:
+                summary = json.loads((path / "summary.json").read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 raise UsageError(f"runs: {path}/summary.json is not valid JSON. Fix: rerun or drop that run.") from None
+            if not isinstance(summary, dict) or not isinstance(summary.get("after"), dict):
+                raise UsageError(f"runs: {path}/summary.json holds no \"after\" metrics: not a summary "
+                                 "train/distill.py wrote. Fix: drop that run, or rerun it to the end.")
     writable_dir(cfg.out, "out")
 
 
@@ -237,11 +258,14 @@ def check_export(cfg: DictConfig) -> None:
                          "outputs/distill/<run>/checkpoints/last.ckpt.")
     if ckpt.is_file():
         check_checkpoint_file(ckpt)
-    elif not any(ckpt.iterdir()):
-        raise UsageError(f"ckpt_path: {ckpt} is an empty folder. Fix: a .ckpt file (or a DeepSpeed checkpoint folder).")
+    elif not (ckpt / "latest").is_file():  # a DeepSpeed (ZeRO) checkpoint is a folder with a `latest` file
+        newest = sorted(p.name for p in ckpt.glob("*.ckpt"))
+        raise UsageError(f"ckpt_path: {ckpt} is a folder, not a checkpoint. Fix: a .ckpt file in it, e.g. "
+                         f"ckpt_path={ckpt / ('last.ckpt' if 'last.ckpt' in newest or not newest else newest[-1])}.")
     out = Path(str(cfg.out)).expanduser()
     if out.exists() and not cfg.overwrite:
         raise UsageError(f"out: {out} already exists. Fix: another out=, or overwrite=true.")
+    check_replaceable(out, "out", [ckpt], bool(cfg.overwrite))
     writable_dir(out, "out")
     if cfg.dtype not in (None, "float32", "bfloat16", "float16"):
         raise UsageError(f"dtype must be null, float32, bfloat16 or float16, got {cfg.dtype!r}.")
@@ -283,7 +307,12 @@ def check_generate(cfg: DictConfig) -> None:
         model_folder(cfg.speculative.draft, "speculative.draft", cfg.get("cache_dir"))
     if cfg.get("cpu_matmul", "torch") not in ("torch", "prepacked"):  # auto would time every row count of a batch
         raise UsageError(f"cpu_matmul must be torch or prepacked, got {cfg.cpu_matmul!r}.")
-    writable_dir(Path(str(cfg.out)).expanduser().parent, "out")
+    check_dtype(cfg.dtype, "dtype")
+    out = Path(str(cfg.out)).expanduser()
+    if out.is_dir():
+        raise UsageError(f"out: {out} is a folder; an answer store is one .jsonl file. Fix: out={out / 'answers.jsonl'}"
+                         ", or another path.")
+    writable_dir(out.parent, "out")
 
 
 def check_cache_teacher(cfg: DictConfig) -> None:
@@ -339,15 +368,24 @@ def check_prompt_lengths(cfg: DictConfig, tokenizer, target_folder, extra: int) 
     context = context_length(target_folder)
     if not context:
         return
+    longest = max(map(len, tokenizer.get_vocab()), default=1)  # no token covers more characters than this
+    seen = set()
     for domain in ([None] if cfg.get("prompts_file") else cfg.domains):
         for split in dict.fromkeys([cfg.get("split", "test"), "tune"]):
             for i, prompt in enumerate(load_prompts(domain, cfg.n_prompts, cfg.get("prompts_file"), split)):
-                n = len(encode_prompt(tokenizer, prompt))
+                key = json.dumps(prompt)
+                if key in seen:  # a file without "split" serves both splits: each prompt measured once
+                    continue
+                seen.add(key)
+                chars = sum(len(m["content"]) for m in prompt) if isinstance(prompt, list) else len(prompt)
+                # a prompt of more than context x `longest` characters is too long for certain: not tokenized
+                n = -(-chars // longest) if chars > context * longest else len(encode_prompt(tokenizer, prompt))
                 if n + cfg.max_new_tokens + extra > context:
                     text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
                     where = f"prompts_file {cfg.prompts_file}" if cfg.get("prompts_file") else f"domain {domain}"
-                    raise UsageError(f"{where}: the {split} prompt {i + 1} ('{' '.join(text.split())[:40]}...') is "
-                                     f"{n} tokens with the chat template; with max_new_tokens={cfg.max_new_tokens} "
+                    size = f"{n} tokens" if chars <= context * longest else f"at least {n} tokens ({chars} characters)"
+                    raise UsageError(f"{where}: the {split} prompt {i + 1} ('{' '.join(text[:400].split())[:40]}...') "
+                                     f"is {size} with the chat template; with max_new_tokens={cfg.max_new_tokens} "
                                      f"(and {extra} drafted) it needs {n + cfg.max_new_tokens + extra} positions, the "
                                      f"target's context holds {context}. Fix: shorten it, or lower max_new_tokens.")
 

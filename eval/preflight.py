@@ -98,10 +98,150 @@ def preflight(config_name: str, check=None, argv: list[str] | None = None):
     if any(a.split("=")[0] in HYDRA_FLAGS for a in argv):
         return None
     with usage_errors(broad=True):
-        cfg = compose(config_name, argv)
+        try:
+            cfg = compose(config_name, argv)
+        except Exception as ex:  # noqa: BLE001 - a misspelt key gets its closest known one named, the rest goes on
+            key = re.search(r"Could not override '([^']+)'", str(ex))
+            if key:
+                unknown_key(config_name, argv, key.group(1), plus=False)
+            raise
+        check_added_keys(config_name, argv)
+        check_common(cfg)
         if check is not None:
             check(cfg)
         return cfg
+
+
+def check_common(cfg) -> None:
+    """Keys most entry points share: threads, seed and the cache folder (converted models, tokenized data)."""
+    from data.checks import number_in, writable_dir
+
+    if cfg.get("threads") is not None:
+        number_in(cfg.threads, "threads", 1, integer=True)
+    if "seed" in cfg:
+        number_in(cfg.seed, "seed", 0, integer=True)
+    cache = cfg.get("cache_dir") or (cfg.get("paths") or {}).get("cache_dir")
+    if cache:
+        writable_dir(cache, "cache_dir" if cfg.get("cache_dir") else "paths.cache_dir")
+
+
+# lightning.Trainer's arguments a run may add as +trainer.<name>=... (conf/trainer/default.yaml); the others
+# (callbacks, logger, plugins, default_root_dir, enable_progress_bar) the run sets itself
+TRAINER_ARGS = ("accelerator", "accumulate_grad_batches", "barebones", "benchmark", "check_val_every_n_epoch",
+                "detect_anomaly", "deterministic", "devices", "enable_autolog_hparams", "enable_checkpointing",
+                "enable_model_summary", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val",
+                "inference_mode", "limit_predict_batches", "limit_test_batches", "limit_train_batches",
+                "limit_val_batches", "log_every_n_steps", "max_epochs", "max_steps", "max_time", "min_epochs",
+                "min_steps", "model_registry", "num_nodes", "num_sanity_val_steps", "overfit_batches", "precision",
+                "profiler", "reload_dataloaders_every_n_epochs", "strategy", "sync_batchnorm",
+                "use_distributed_sampler", "val_check_interval")
+
+
+def config_groups() -> list[str]:
+    """The config groups under conf/ (domain, experiment, model/draft, ...), as a `+group=option` names them."""
+    return sorted(str(p.relative_to(CONF)) for p in CONF.rglob("*") if p.is_dir() and any(p.glob("*.yaml")))
+
+
+def dotted_keys(node, prefix: str = "") -> list[str]:
+    from omegaconf import DictConfig
+
+    keys = []
+    for key in node.keys() if isinstance(node, DictConfig) else []:
+        path = f"{prefix}{key}"
+        keys.append(path)
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            keys += dotted_keys(child, path + ".")
+    return keys
+
+
+def unknown_key(config_name: str, argv: list[str], key: str, plus: bool) -> None:
+    """Refuse an override of a key the config does not have, naming the closest known key or group."""
+    import difflib
+
+    rest = [a for a in argv if a.lstrip("+~").split("=")[0] != key]
+    try:
+        known = dotted_keys(compose(config_name, rest))
+    except Exception:  # noqa: BLE001 - another problem on the line: it is reported on its own
+        known = []
+    groups = config_groups()
+    value = next((a.split("=", 1)[1] for a in argv if a.lstrip("+~").split("=")[0] == key and "=" in a), "...")
+    close = difflib.get_close_matches(key, known + groups, n=1, cutoff=0.6)
+    if not plus and key.startswith("trainer.") and key.split(".", 1)[1] in TRAINER_ARGS:
+        raise UsageError(f"trainer.{key.split('.', 1)[1]} is a Lightning Trainer argument the config does not set. "
+                         f"Fix: add it with +: +{key}={value}")
+    hint = (f"did you mean +{close[0]}={value}?" if close and close[0] in groups else
+            f"did you mean {close[0]}={value}?" if close else "check its spelling (--cfg job prints every key)")
+    raise UsageError(f"unknown config key '{key}'{' (added with +)' if plus else ''}: no setting reads it, so it "
+                     f"would change nothing. Fix: {hint}")
+
+
+def check_added_keys(config_name: str, argv: list[str]) -> None:
+    """`+key=value` adds a key the config lacks, which nothing reads (`+domian=medical` would train on the default
+    domain): refused, except config groups (`+domain=medical`) and Lightning Trainer arguments (`+trainer.<arg>`)."""
+    groups = set(config_groups())
+    for arg in argv:
+        if not arg.startswith("+") or "=" not in arg:
+            continue
+        key = arg.lstrip("+").split("=", 1)[0]
+        if "@" in key or key in groups:
+            continue
+        if key.startswith("trainer.") and key.split(".", 1)[1] in TRAINER_ARGS:
+            continue
+        unknown_key(config_name, argv, key, plus=True)
+
+
+# --- devices and number formats this machine can use ---------------------------------------------------------
+
+DTYPES = ("float32", "bfloat16", "float16")
+# lightning.Trainer's precision values (lightning.fabric.utilities.types._PRECISION_INPUT)
+PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
+              "32-true", "64-true", "64", "32", "16", "bf16")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "xla", "hpu")
+
+
+def gpu_count() -> int:
+    """CUDA (or ROCm) GPUs torch can use; without a GPU device file torch is not even imported (a second saved)."""
+    if not (list(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/kfd").exists()):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_dtype(value, key: str) -> None:
+    if value not in DTYPES:
+        raise UsageError(f"{key} must be one of {', '.join(DTYPES)}, got {value!r}.")
+
+
+def check_device(value, key: str = "device") -> None:
+    """auto, cpu, cuda or cuda:<n>, and a GPU only where this machine has it."""
+    device = str(value)
+    if device in ("auto", "cpu"):
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise UsageError(f"{key} must be auto, cpu, cuda or cuda:<n>, got {device!r}.")
+    n = gpu_count()
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= n:
+        raise UsageError(f"{key}={device}, but torch sees {n or 'no'} CUDA GPU{'s' if n != 1 else ''} here. Fix: "
+                         f"{key}=auto (a GPU where there is one, else the CPU) or {key}=cpu.")
+
+
+def check_trainer_device(trainer) -> None:
+    """trainer.accelerator and trainer.precision: values Lightning knows, on hardware this machine has."""
+    accelerator = str(trainer.get("accelerator", "auto"))
+    if accelerator not in ACCELERATORS:
+        raise UsageError(f"trainer.accelerator must be one of {', '.join(ACCELERATORS)}, got {accelerator!r}.")
+    if accelerator in ("gpu", "cuda") and gpu_count() == 0:
+        raise UsageError(f"trainer.accelerator={accelerator}, but torch sees no CUDA GPU here. Fix: "
+                         "trainer.accelerator=auto (or cpu), or trainer=gpu on a machine with one.")
+    if accelerator in ("mps", "tpu", "xla", "hpu"):
+        raise UsageError(f"trainer.accelerator={accelerator} is not supported by Draftsmith's runs (tested: cpu and "
+                         "CUDA GPUs). Fix: trainer.accelerator=auto.")
+    precision = str(trainer.get("precision", "32-true"))
+    if precision not in PRECISIONS:
+        raise UsageError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
 
 
 # --- model folders, read without loading weights -----------------------------------------------------------------
@@ -109,8 +249,9 @@ def preflight(config_name: str, check=None, argv: list[str] | None = None):
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
-def check_safetensors(path: Path, what: str) -> None:
-    """A safetensors file whose header parses and whose tensors all fit in the file (a copy cut short fails)."""
+def check_safetensors(path: Path, what: str) -> dict:
+    """A safetensors file whose header parses and whose tensors all fit in the file (a copy cut short fails); its
+    header (tensor name -> dtype, shape, offsets)."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
@@ -127,6 +268,30 @@ def check_safetensors(path: Path, what: str) -> None:
     if 8 + n + end > size:
         raise UsageError(f"{what}: {path} is cut short ({size} bytes, its tensors need {8 + n + end}). Fix: export "
                          "or copy it again (an interrupted copy or a full disk leaves this).")
+    return header
+
+
+def check_weights_match_config(folder: Path, header: dict, what: str) -> None:
+    """The weights' shapes are the ones config.json describes: the embedding is [vocab_size, hidden_size] and the
+    decoder layers number num_hidden_layers (a config edited or copied from another model fails here, not as a
+    traceback deep in loading)."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    config = config.get("text_config", config) if isinstance(config, dict) else {}
+    hidden, vocab, layers = (config.get(k) for k in ("hidden_size", "vocab_size", "num_hidden_layers"))
+    for name, t in header.items():
+        if name.endswith("embed_tokens.weight") and hidden and vocab and list(t.get("shape", [])) != [vocab, hidden]:
+            raise UsageError(f"{what}: {folder}'s weights do not match its config.json: {name} is "
+                             f"{t.get('shape')}, config.json says [vocab_size={vocab}, hidden_size={hidden}]. Fix: "
+                             "export it again (config.json and weights must come from the same model).")
+    found = {int(m.group(1)) for name in header for m in [re.search(r"\.layers\.(\d+)\.", name)] if m}
+    if layers and found and max(found) + 1 != layers:
+        raise UsageError(f"{what}: {folder}'s weights hold {max(found) + 1} decoder layers, its config.json says "
+                         f"num_hidden_layers={layers}. Fix: export it again (config.json and weights must come from "
+                         "the same model).")
 
 
 def check_model_folder(folder: Path, what: str) -> None:
@@ -146,8 +311,9 @@ def check_model_folder(folder: Path, what: str) -> None:
     if not weights:
         raise UsageError(f"{what}: {folder} holds no weights ({' or '.join(WEIGHTS[:2])}). Fix: export it again "
                          "(scripts/export_draft.py).")
+    header = {}
     if weights[0].name == "model.safetensors":
-        check_safetensors(weights[0], what)
+        header = check_safetensors(weights[0], what)
     elif weights[0].name.endswith(".index.json"):
         shards = set(json.loads(weights[0].read_text()).get("weight_map", {}).values())
         gone = sorted(s for s in shards if not (folder / s).is_file())
@@ -155,7 +321,26 @@ def check_model_folder(folder: Path, what: str) -> None:
             raise UsageError(f"{what}: {folder} lacks weight shards {', '.join(gone[:3])}. Fix: copy the whole folder.")
         for shard in sorted(shards):
             if shard.endswith(".safetensors"):
-                check_safetensors(folder / shard, what)
+                header.update(check_safetensors(folder / shard, what))
+    if not feature:
+        check_weights_match_config(folder, header, what)
+
+
+def weight_names(folder: Path) -> list[str]:
+    """The tensor names of a model folder's safetensors weights (headers only), [] without any."""
+    files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else []
+    index = folder / "model.safetensors.index.json"
+    if not files and index.is_file():
+        files = [folder / s for s in sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))]
+    names = []
+    for file in files:
+        try:
+            with open(file, "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                names += [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+        except (OSError, ValueError, struct.error):
+            return []
+    return names
 
 
 def hub_resolves(timeout: float = 3.0) -> bool:

@@ -13,6 +13,7 @@ same cases in-process in the fast suite, and all of them as programs in the inte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -49,6 +50,25 @@ class Case:
     expect: str             # a fragment the message must hold
     files: dict = field(default_factory=dict)  # name in {tmp} -> text | bytes | a builder's name
     opens_model_files: bool = False  # a tokenizer is read (limit 10 s) rather than config values and small files
+    locked: str | None = None  # a folder in {tmp} that a live run holds (its lock taken by another process)
+
+
+def checkpoint_bytes(layers=(0, 2)) -> bytes:
+    """A whole checkpoint archive as torch writes it (a zip with data.pkl), its tensors left out: Draftsmith's meta
+    says which draft it holds (model.draft.layers `layers`)."""
+    import io
+    import pickle
+    import zipfile
+
+    meta = {"config": {"model": {"draft": {"kind": "truncated", "layers": list(layers), "source": None,
+                                           "train_vocab": None}},
+                       "lora": {"enabled": False, "r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                           "gate_proj", "up_proj", "down_proj"]}}}
+    blob = io.BytesIO()
+    with zipfile.ZipFile(blob, "w") as archive:
+        archive.writestr("last/data.pkl", pickle.dumps({"draftsmith": meta, "state_dict": {}, "global_step": 3}))
+        archive.writestr("last/version", "3\n")
+    return blob.getvalue()
 
 
 def safetensors_bytes(cut: bool = False) -> bytes:
@@ -58,7 +78,9 @@ def safetensors_bytes(cut: bool = False) -> bytes:
     return blob[:-10] if cut else blob
 
 
-S, D = "eval/speculate.py", "train/distill.py"
+S, D, A, X, G = ("eval/speculate.py", "train/distill.py", "eval/acceptance.py", "scripts/export_draft.py",
+                 "scripts/generate_data.py")
+CKPT = "checkpoint"  # files: a whole checkpoint archive of another draft shape (checkpoint_bytes)
 QUICK = ["trainer.max_steps=1", "paths.output_dir={tmp}/run"]  # a distill run that would otherwise start
 CASES = [
     Case("prompts file: malformed JSON on line 2", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
@@ -165,6 +187,111 @@ CASES = [
           "medusa/model.safetensors": safetensors_bytes()}),
     Case("GGUF export: unknown type", "scripts/export_gguf.py", ["export={draft}", "type=q2"],
          "type must be f16, q8_0 or q4_k_m"),
+    # --- the second table (issue "Bad input, second table"): data that must not be lost ---
+    Case("export into the run folder that holds the checkpoint, overwrite=true", X,
+         ["ckpt_path={tmp}/run/checkpoints/last.ckpt", "out={tmp}/run", "overwrite=true"], "which this export reads",
+         {"run/checkpoints/last.ckpt": CKPT, "run/metrics.csv": "step,loss\n1,2.0\n", "run/.hydra/config.yaml": "a: 1\n"}),
+    Case("export into the checkpoints folder itself, overwrite=true", X,
+         ["ckpt_path={tmp}/run/checkpoints/last.ckpt", "out={tmp}/run/checkpoints", "overwrite=true"],
+         "which this export reads", {"run/checkpoints/last.ckpt": CKPT}),
+    Case("export over a folder of mine (not an export), overwrite=true", X,
+         ["ckpt_path={tmp}/x.ckpt", "out={tmp}/mine", "overwrite=true"], "which no export wrote",
+         {"x.ckpt": CKPT, "mine/notes.txt": "my notes\n", "mine/sub/data.csv": "a\n"}),
+    Case("export over another run's folder, overwrite=true", X,
+         ["ckpt_path={tmp}/x.ckpt", "out={tmp}/other", "overwrite=true"], "which no export wrote",
+         {"x.ckpt": CKPT, "other/checkpoints/last.ckpt": CKPT, "other/summary.json": "{}"}),
+    Case("training: export.dir is the run's own folder, overwrite=true", D,
+         QUICK + ["export.dir={tmp}/run", "export.overwrite=true"], "which this export reads"),
+    Case("training: export.dir above the run's folder, overwrite=true", D,
+         QUICK + ["export.dir={tmp}", "export.overwrite=true"], "which this export reads"),
+    Case("training: export.dir over a folder of mine, overwrite=true", D,
+         QUICK + ["export.dir={tmp}/mine", "export.overwrite=true"], "which no export wrote",
+         {"mine/notes.txt": "my notes\n"}),
+    Case("training: a second run into a live run's folder", D, QUICK, "in use by a running training run",
+         {"run/checkpoints/": ""}, locked="run"),
+    # --- silently wrong before ---
+    Case("training: a misspelt group added with + (+domian)", D, ["+domian=medical"], "did you mean +domain=medical?"),
+    Case("training: a misspelt key added with +", D, ["+trainer.max_stepz=3"], "did you mean trainer.max_steps=3?"),
+    Case("speculate: a key added with + that nothing reads", S, ["drafts=[{draft}]", "+domian=medical"],
+         "unknown config key 'domian'"),
+    Case("prompts file: a chat whose user message is empty", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         'empty "content"', {"p.jsonl": '{"messages": [{"role": "user", "content": ""}]}\n'}),
+    Case("compare: a summary.json of {}", "eval/compare.py", ["runs=[{tmp}/run]", "out={tmp}/cmp"],
+         'holds no "after" metrics', {"run/summary.json": "{}"}),
+    Case("drafts without brackets", S, ["drafts={draft}"], "drafts must be a list"),
+    # --- tracebacks before ---
+    Case("prompts file: a lone surrogate escape", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         "lone surrogate", {"p.jsonl": '{"prompt": "hi \\ud800 there"}\n'}),
+    Case("draft whose weights' hidden size differs from its config.json", S, ["drafts=[{tmp}/odd]"],
+         "do not match its config.json", {"odd/": "misshapen"}),
+    Case("training: resume a checkpoint of another draft shape", D, QUICK + ["ckpt_path={tmp}/other.ckpt"],
+         "holds a draft of another shape", {"other.ckpt": CKPT}),
+    Case("training: ckpt_path=auto with last.ckpt cut short and nothing whole beside it", D,
+         ["trainer.max_steps=1", "paths.output_dir={tmp}/run", "ckpt_path=auto"], "is cut short",
+         {"run/checkpoints/last.ckpt": b"PK\x03\x04 cut short"}),
+    Case("device=cuda without a GPU", S, ["drafts=[{draft}]", "device=cuda"], "CUDA GPU"),
+    Case("device=tpu", S, ["drafts=[{draft}]", "device=tpu"], "device must be auto, cpu, cuda or cuda:<n>"),
+    Case("dtype=float64", S, ["drafts=[{draft}]", "dtype=float64"], "dtype must be one of float32, bfloat16, float16"),
+    Case("training: a layer the target does not have", D, QUICK + ["model.draft.layers=[99]"], "do not exist"),
+    Case("training: no layers", D, QUICK + ["model.draft.layers=[]"], "at least one"),
+    Case("training: trainer.accelerator=gpu without a GPU", D, QUICK + ["trainer.accelerator=gpu"], "no CUDA GPU"),
+    Case("training: trainer.precision=bogus", D, QUICK + ["trainer.precision=bogus"], "trainer.precision must be one of"),
+    Case("export: ckpt_path is the checkpoints folder", X, ["ckpt_path={tmp}/run/checkpoints", "out={tmp}/out"],
+         "is a folder, not a checkpoint", {"run/checkpoints/last.ckpt": CKPT}),
+    Case("acceptance: top_p out of range", A, ["drafts=[{draft}]", "top_p=1.5"], "top_p must be in (0, 1]"),
+    Case("acceptance: top_k zero", A, ["drafts=[{draft}]", "top_k=0"], "top_k must be >= 1"),
+    *[Case("an output that cannot be written (under /proc)", entry, args, "cannot write under /proc", files)
+      for entry, args, files in (
+        (S, ["drafts=[{draft}]", "out=/proc/draftsmith-out"], {}),
+        (A, ["drafts=[{draft}]", "out=/proc/draftsmith-out"], {}),
+        ("eval/compare.py", ["runs=[{tmp}/run]", "out=/proc/draftsmith-out"],
+         {"run/summary.json": '{"after": {}, "before": {}}'}),
+        (D, ["trainer.max_steps=1", "paths.output_dir=/proc/draftsmith-out"], {}),
+        (X, ["ckpt_path={tmp}/x.ckpt", "out=/proc/draftsmith-out"], {"x.ckpt": CKPT}),
+        (G, ["out=/proc/draftsmith-out/a.jsonl"], {}))],
+    Case("generate: out is an existing folder", G, ["out={tmp}/store"], "is a folder; an answer store is one .jsonl",
+         {"store/": ""}),
+    # --- slow before ---
+    Case("prompts file: one 50 MB line", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl", "n_prompts=2"],
+         "context holds", {"p.jsonl": json.dumps({"prompt": "word " * 10_000_000}) + "\n"}, opens_model_files=True),
+    # --- wording ---
+    Case("prompts file: a UTF-8 byte-order mark", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         "byte-order mark", {"p.jsonl": b'\xef\xbb\xbf{"prompt": "hi"}\n'}),
+    Case("prompts file: a pretty-printed JSON array", S, ["drafts=[{draft}]", "prompts_file={tmp}/p.jsonl"],
+         "one JSON document spread over lines", {"p.jsonl": '[\n  {"prompt": "a"},\n  {"prompt": "b"}\n]\n'}),
+    Case("temperature not a number", S, ["drafts=[{draft}]", "temperature=[hot]"], "temperature must be a number"),
+    # --- found by trying more (each a traceback after the models loaded, or a run that went wrong without a word) ---
+    Case("training: threads=-1", D, QUICK + ["threads=-1"], "threads must be >= 1"),
+    Case("training: LoRA rank zero", D, QUICK + ["lora.enabled=true", "lora.r=0"], "lora.r must be >= 1"),
+    Case("training: LoRA dropout above 1", D, QUICK + ["lora.enabled=true", "lora.dropout=1.5"],
+         "lora.dropout must be in [0, 1)"),
+    Case("training: LoRA on layers the model lacks", D, QUICK + ["lora.enabled=true", "lora.target_modules=[nope]"],
+         "are not layers of"),
+    Case("training: export.dtype=int8 (after the whole run before)", D, QUICK + ["export.dtype=int8"],
+         "export.dtype must be one of"),
+    Case("training: trainer.accumulate_grad_batches=0 (trained anyway before)", D,
+         QUICK + ["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches must be >= 1"),
+    Case("training: trainer.devices=0", D, QUICK + ["trainer.devices=0"], "trainer.devices must be auto"),
+    Case("training: trainer.log_every_n_steps=0 (logged nothing before)", D, QUICK + ["trainer.log_every_n_steps=0"],
+         "trainer.log_every_n_steps must be >= 1"),
+    Case("training: a negative gradient clip (trained anyway before)", D, QUICK + ["trainer.gradient_clip_val=-1"],
+         "trainer.gradient_clip_val must be >= 0"),
+    Case("training: one Adam beta", D, QUICK + ["optim.betas=[0.9]"], "optim.betas must be two numbers"),
+    Case("training: data.sources without brackets", D, QUICK + ["data=files", "data.sources={tmp}/c.jsonl"],
+         "data.sources must be a list", {"c.jsonl": '{"text": "a"}\n'}),
+    Case("training: seed not a number", D, QUICK + ["seed=abc"], "seed must be an integer"),
+    Case("training: data.eval_batch_size=0", D, QUICK + ["data.eval_batch_size=0"], "data.eval_batch_size must be >= 1"),
+    Case("training: data.num_workers=-1", D, QUICK + ["data.num_workers=-1"], "data.num_workers must be >= 0"),
+    Case("training: loss.chunk_size=0", D, QUICK + ["loss.chunk_size=0"], "loss.chunk_size must be >= 1"),
+    Case("training: a Trainer argument set without + (trainer.strategy)", D, QUICK + ["trainer.strategy=ddp"],
+         "Fix: add it with +: +trainer.strategy=ddp"),
+    Case("compare: runs without brackets", "eval/compare.py", ["runs={tmp}/run", "out={tmp}/cmp"], "runs must be a list",
+         {"run/summary.json": '{"after": {}}'}),
+    Case("speculate: n_prompts not a number", S, ["drafts=[{draft}]", "n_prompts=abc"], "n_prompts must be an integer"),
+    Case("speculate: threads=-2", S, ["drafts=[{draft}]", "threads=-2"], "threads must be >= 1"),
+    Case("speculate: a cache folder that cannot be written", S, ["drafts=[{draft}]", "cache_dir=/proc/draftsmith-cache"],
+         "cache_dir: cannot write under /proc"),
+    Case("generate: seed not a number", G, ["seed=abc", "out={tmp}/a.jsonl"], "seed must be an integer"),
 ]
 
 
@@ -176,6 +303,13 @@ def model_files(target: Path, folder: Path, kind: str) -> None:
         if (target / name).is_file():
             shutil.copy(target / name, folder / name)
     (folder / "model.safetensors").write_bytes(safetensors_bytes(cut=kind == "cut"))
+    if kind == "misshapen":  # config.json says one hidden size, the weights hold another
+        config = json.loads((folder / "config.json").read_text())
+        shape = [config["vocab_size"], config["hidden_size"]]
+        config["hidden_size"] //= 2
+        (folder / "config.json").write_text(json.dumps(config))
+        header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]}})
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\0" * 16)
     if kind == "foreign":
         data = json.loads((folder / "tokenizer.json").read_text())
         vocab = data["model"]["vocab"]
@@ -188,13 +322,42 @@ def build(case: Case, tmp: Path, target: Path) -> None:
     for name, content in case.files.items():
         path = tmp / name.rstrip("/")
         if name.endswith("/"):
-            if content in ("cut", "foreign", "complete"):
+            if content in ("cut", "foreign", "complete", "misshapen"):
                 model_files(target, path, content)
             else:
                 path.mkdir(parents=True, exist_ok=True)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
+            content = checkpoint_bytes() if content == CKPT else content
             path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+
+
+def snapshot(tmp: Path) -> set[Path]:
+    """Every file and folder under `tmp`, relative to it."""
+    return {p.relative_to(tmp) for p in tmp.rglob("*")}
+
+
+@contextlib.contextmanager
+def live_lock(case: Case, tmp: Path):
+    """A live process holding the lock of `case.locked` (a running training run, as the lock sees it)."""
+    if not case.locked:
+        yield
+        return
+    folder = tmp / case.locked
+    folder.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder / ".draftsmith.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()  # "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD_LOCK = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+             "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print('locked', flush=True); "
+             "time.sleep(120)")
 
 
 def fill(args: list[str], tmp: Path, target: str, draft: str) -> list[str]:
@@ -216,26 +379,36 @@ def run_case(case: Case, target_folder: Path, target: str, python: str = sys.exe
         tmp = Path(tmp)
         build(case, tmp, target_folder)
         model_files(target_folder, tmp / "draft", "complete")
+        before = snapshot(tmp)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-        started = time.perf_counter()
-        try:
-            run = subprocess.run([python, str(ROOT / case.entry), *case_args(case, tmp, target, str(tmp / "draft"))],
-                                 capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
-        except subprocess.TimeoutExpired as e:  # did not fail at all: recorded as such
-            run = subprocess.CompletedProcess(e.cmd, -1, "", f"(still running after {e.timeout} s: killed)")
-        seconds = time.perf_counter() - started
-        leftovers = sorted(p.name for p in tmp.iterdir() if p.name not in {n.rstrip("/").split("/")[0]
-                                                                           for n in case.files} | {"draft"})
+        with live_lock(case, tmp):
+            started = time.perf_counter()
+            try:
+                run = subprocess.run([python, str(ROOT / case.entry),
+                                      *case_args(case, tmp, target, str(tmp / "draft"))],
+                                     capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+            except subprocess.TimeoutExpired as e:  # did not fail at all: recorded as such
+                run = subprocess.CompletedProcess(e.cmd, -1, "", f"(still running after {e.timeout} s: killed)")
+            seconds = time.perf_counter() - started
+        leftovers, deleted = changes(case, tmp, before)
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     return {"what": case.what, "entry": case.entry, "args": case.args, "exit": run.returncode,
             "message": lines[-1] if lines else "", "stderr_lines": len(lines),
             "traceback": "Traceback" in run.stderr, "seconds": round(seconds, 2),
-            "limit_s": 10 if case.opens_model_files else 2, "expected": case.expect, "written": leftovers}
+            "limit_s": 10 if case.opens_model_files else 2, "expected": case.expect, "written": leftovers,
+            "deleted": deleted}
+
+
+def changes(case: Case, tmp: Path, before: set[Path]) -> tuple[list[str], list[str]]:
+    """(written, deleted): what the run added to `tmp` (a live holder's lock file is the holder's) and what it
+    removed of the case's own files."""
+    after = snapshot(tmp) - ({Path(case.locked) / ".draftsmith.lock"} if case.locked else set())
+    return sorted(map(str, after - before)), sorted(map(str, before - after))
 
 
 def passed(row: dict) -> bool:
     return (row["exit"] == 2 and row["stderr_lines"] == 1 and not row["traceback"] and row["expected"] in
-            row["message"] and row["seconds"] <= row["limit_s"] and not row["written"])
+            row["message"] and row["seconds"] <= row["limit_s"] and not row["written"] and not row.get("deleted"))
 
 
 def markdown(rows: list[dict], conditions: str) -> str:

@@ -46,7 +46,7 @@ def test_fsdp_runs_on_gpus_only_and_switches_speculative_eval_off(caplog):
         L.Trainer(**kwargs, logger=False)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("distill", overrides=["trainer=fsdp"])
-        bad = compose("distill", overrides=["trainer=fsdp", "checkpoint.monitor=val/alpha"])
+        bad = compose("distill", overrides=["trainer=fsdp", "trainer.accelerator=auto", "checkpoint.monitor=val/alpha"])
     with caplog.at_level("WARNING"):
         assert build_spec_eval(cfg, tokenizer=None, target=None) is None
     assert "FSDP" in caplog.text and "eval/speculate.py" in caplog.text

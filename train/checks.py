@@ -9,12 +9,14 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from data.checks import UsageError, check_data_file, number_in, writable_dir
+from data.checks import UsageError, check_data_file, list_value, number_in, writable_dir
+from data.owned import check_not_in_use, check_replaceable, is_rank_zero
 from decode.drafts.kinds import FEATURE_KINDS
 from eval.checks import DOMAINS, check_checkpoint_file, check_source
-from eval.preflight import check_same_vocabulary, model_folder
+from eval.preflight import check_dtype, check_same_vocabulary, check_trainer_device, model_folder
+from train.checkpoint_meta import checkpoint_meta, is_complete, newest_complete, shape_differences
 from train.scaling import is_fsdp
 from train.stores import generated_stores
 
@@ -38,6 +40,20 @@ def check_config(cfg: DictConfig) -> None:
     """Every value in range and every combination allowed, before loading anything (no file is read)."""
     check_feature_draft(cfg)  # first: what a feature draft cannot do at all comes before how to fix the rest
     check_train_vocab(cfg)
+    check_trainer_device(cfg.trainer)
+    check_dtype(cfg.model.target.dtype, "model.target.dtype")
+    check_dtype(cfg.model.draft.get("dtype", "float32"), "model.draft.dtype")
+    check_layer_list(cfg.model.draft)
+    check_trainer_numbers(cfg)
+    check_lora(cfg.lora)
+    if cfg.export.get("dtype") is not None:
+        check_dtype(cfg.export.dtype, "export.dtype")
+    if cfg.data.get("sources") is not None:
+        sources = list_value(cfg.data.sources, "data.sources", "{kind: files, path: chats.jsonl, format: chat}")
+        wrong = [s for s in sources if not isinstance(s, DictConfig)]
+        if wrong:
+            raise UsageError(f"data.sources entries must be data sources, got {wrong[0]!r}. Fix: "
+                             "'data.sources=[{kind: files, path: chats.jsonl, format: chat}]'.")
     check_steps(cfg)  # numbers before the comparisons below, which need numbers
     number_in(cfg.loss.temperature, "loss.temperature", 0, low_open=True)
     number_in(cfg.loss.ce_weight, "loss.ce_weight", 0, 1)
@@ -82,6 +98,8 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.export.enabled and out.exists() and not cfg.export.overwrite:
         raise UsageError(f"Export folder {out} already exists. Fix: set export.dir elsewhere, "
                          "or export.overwrite=true.")
+    if cfg.export.enabled:  # never the run folder, never a folder holding what no export wrote
+        check_replaceable(out, "export.dir", [cfg.paths.output_dir], bool(cfg.export.overwrite))
     check_generate(cfg)
     check_spec_eval(cfg)
 
@@ -97,6 +115,115 @@ def check_feature_draft(cfg: DictConfig) -> None:
         raise UsageError(f"model.draft.kind={d.kind} (a feature draft) needs " + ", ".join(wrong) + ".")
     if d.get("loss_decay", 0.8) <= 0 or d.get("unroll_steps", 1) < 1:
         raise UsageError("model.draft.loss_decay must be > 0 and model.draft.unroll_steps >= 1.")
+
+
+def check_trainer_numbers(cfg: DictConfig) -> None:
+    """Lightning and data-loader settings that would otherwise fail after the models load, or train wrongly
+    without a word (a negative gradient clip, logging never)."""
+    t = cfg.trainer
+    number_in(t.get("accumulate_grad_batches", 1), "trainer.accumulate_grad_batches", 1, integer=True)
+    number_in(t.get("log_every_n_steps", 50), "trainer.log_every_n_steps", 1, integer=True)
+    if t.get("gradient_clip_val") is not None:
+        number_in(t.gradient_clip_val, "trainer.gradient_clip_val", 0)
+    devices = t.get("devices", "auto")
+    if devices != "auto" and not (isinstance(devices, str) and devices == "-1"):
+        if isinstance(devices, int) and not isinstance(devices, bool):
+            if devices < 1 and devices != -1:
+                raise UsageError(f"trainer.devices must be auto, -1 (all), a count >= 1 or a list of device ids, got "
+                                 f"{devices}.")
+        elif not (isinstance(devices, ListConfig) and devices):
+            raise UsageError(f"trainer.devices must be auto, -1 (all), a count >= 1 or a list of device ids, got "
+                             f"{devices!r}.")
+    betas = list_value(cfg.optim.betas, "optim.betas", "0.9,0.999")
+    if len(betas) != 2:
+        raise UsageError(f"optim.betas must be two numbers (Adam's beta1, beta2), got {betas}. Fix: "
+                         "optim.betas=[0.9,0.999].")
+    number_in(cfg.data.get("eval_batch_size", 1), "data.eval_batch_size", 1, integer=True)
+    number_in(cfg.data.get("num_workers", 0), "data.num_workers", 0, integer=True)
+    if cfg.loss.get("chunk_size") is not None:
+        number_in(cfg.loss.chunk_size, "loss.chunk_size", 1, integer=True)
+
+
+def check_lora(lora: DictConfig) -> None:
+    if not lora.enabled:
+        return
+    number_in(lora.r, "lora.r", 1, integer=True)
+    number_in(lora.alpha, "lora.alpha", 0, low_open=True)
+    number_in(lora.dropout, "lora.dropout", 0, 1, high_open=True)
+    modules = list_value(lora.target_modules, "lora.target_modules", "q_proj,v_proj")
+    if not modules or not all(isinstance(m, str) and m for m in modules):
+        raise UsageError(f"lora.target_modules must name the draft's linear layers, got {modules}. Fix: e.g. "
+                         "lora.target_modules=[q_proj,v_proj].")
+
+
+def check_lora_modules(lora: DictConfig, folder: Path | None, name: str) -> None:
+    """Every lora.target_modules name is a layer of the model being adapted (its weights' tensor names)."""
+    from eval.preflight import weight_names
+
+    if not lora.enabled or folder is None:
+        return
+    names = weight_names(folder)
+    present = {part for n in names for part in n.split(".")}
+    missing = [m for m in lora.target_modules if m not in present]
+    if names and missing:
+        linear = sorted({n.split(".")[-2] for n in names if n.endswith(".weight") and "proj" in n})
+        raise UsageError(f"lora.target_modules {missing} are not layers of {name} (its layers: "
+                         f"{', '.join(linear[:8]) or 'none named *proj'}). Fix: e.g. lora.target_modules=[q_proj,v_proj].")
+
+
+def check_layer_list(d: DictConfig) -> None:
+    """model.draft.layers of a truncated draft: distinct layer indices (their range is checked with the model's
+    config, check_layer_range)."""
+    if d.kind != "truncated" or d.get("layers") is None:
+        return
+    layers = list_value(d.layers, "model.draft.layers", "0,1,2,3")
+    if not layers or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers) \
+            or len(set(layers)) != len(layers):
+        raise UsageError(f"model.draft.layers must be distinct layer indices >= 0 (at least one), got {layers}. Fix: "
+                         "e.g. model.draft.layers=[0,1,2,3].")
+
+
+def check_layer_range(d: DictConfig, folder: Path | None, name: str) -> None:
+    """Every index of model.draft.layers exists in the model being cut (`folder`'s config.json)."""
+    import json
+
+    if d.kind != "truncated" or d.get("layers") is None or folder is None or not (folder / "config.json").is_file():
+        return
+    config = json.loads((folder / "config.json").read_text())
+    n = config.get("num_hidden_layers") or config.get("text_config", {}).get("num_hidden_layers")
+    bad = [i for i in d.layers if n and i >= n]
+    if bad:
+        raise UsageError(f"model.draft.layers={list(d.layers)}: {name} has {n} layers (0 to {n - 1}), so {bad} do "
+                         f"not exist. Fix: indices below {n}, e.g. model.draft.layers=[0,1,2,3].")
+
+
+def check_resume(cfg: DictConfig) -> None:
+    """The checkpoint a run would resume from is whole and holds a draft of this run's shape. ckpt_path=auto with a
+    last.ckpt cut short resumes from the newest whole checkpoint beside it (train/checkpointing.py), else refuses."""
+    if cfg.ckpt_path in (None, "", "none", "last"):
+        return
+    if cfg.ckpt_path == "auto":
+        last = Path(str(cfg.paths.output_dir)).expanduser() / "checkpoints" / "last.ckpt"
+        if not last.exists():
+            return
+        ckpt = last if is_complete(last) else newest_complete(last.parent)
+        if ckpt is None:
+            raise UsageError(f"ckpt_path=auto: {last} is cut short (a kill or a full disk while it was written) and "
+                             "no whole checkpoint is beside it. Fix: ckpt_path=null to start afresh in another "
+                             "paths.output_dir, or remove that file.")
+    else:
+        ckpt = Path(str(cfg.ckpt_path)).expanduser()
+        if not ckpt.is_file():
+            raise UsageError(f"ckpt_path: {ckpt} is not a file. Fix: a .ckpt of a run (its checkpoints/last.ckpt), "
+                             "auto (this run's own, if any), last (the newest run's) or null (start fresh).")
+        check_checkpoint_file(ckpt)
+    meta = checkpoint_meta(ckpt)
+    if meta and isinstance(meta.get("config"), dict):
+        differ = shape_differences(meta["config"], OmegaConf.to_container(cfg, resolve=True))
+        if differ:
+            raise UsageError(f"ckpt_path: {ckpt} holds a draft of another shape, trained with {'; '.join(differ[:3])}. "
+                             "Fix: the same model settings as that run, or ckpt_path=null with another "
+                             "paths.output_dir to start afresh.")
 
 
 def check_train_vocab(cfg: DictConfig) -> None:
@@ -174,10 +301,16 @@ def check_inputs(cfg: DictConfig, stores: list[Path] = ()) -> None:
     cache = cfg.paths.cache_dir
     target = model_folder(cfg.model.target.name_or_path, "model.target.name_or_path", cache)
     d = cfg.model.draft
+    folders = {}  # model.draft.name_or_path / source -> its local folder (None: not converted or a Hub id yet)
     for key in ("name_or_path", "source"):
         if d.get(key):
-            draft = model_folder(d[key], f"model.draft.{key}", cache)
-            check_same_vocabulary(target, draft, str(cfg.model.target.name_or_path), str(d[key]))
+            folders[key] = model_folder(d[key], f"model.draft.{key}", cache)
+            check_same_vocabulary(target, folders[key], str(cfg.model.target.name_or_path), str(d[key]))
+    cut = folders["source"] if d.get("source") else target  # what a truncated draft is cut from
+    check_layer_range(d, cut, str(d.get("source") or cfg.model.target.name_or_path))
+    pretrained = d.kind == "pretrained" and d.get("name_or_path")
+    check_lora_modules(cfg.lora, folders["name_or_path"] if pretrained else cut,
+                       str(d.name_or_path if pretrained else d.get("source") or cfg.model.target.name_or_path))
     stores = {Path(str(s)).expanduser() for s in stores}
     for source in cfg.data.get("sources", []) or []:
         if source.get("kind", "builtin") != "files":
@@ -197,12 +330,9 @@ def check_inputs(cfg: DictConfig, stores: list[Path] = ()) -> None:
         if not (folder / "done.json").is_file():
             raise UsageError(f"teacher_cache: {folder} is not a finished teacher cache (no done.json). Fix: run "
                              "scripts/cache_teacher.py (it resumes), or teacher_cache=null.")
-    if cfg.ckpt_path not in (None, "auto", "last"):
-        ckpt = Path(str(cfg.ckpt_path)).expanduser()
-        if not ckpt.is_file():
-            raise UsageError(f"ckpt_path: {ckpt} is not a file. Fix: a .ckpt of a run (its checkpoints/last.ckpt), "
-                             "auto (this run's own, if any), last (the newest run's) or null (start fresh).")
-        check_checkpoint_file(ckpt)
+    if is_rank_zero():  # DDP's other ranks run in rank 0's folder, under its lock
+        check_not_in_use(cfg.paths.output_dir, "paths.output_dir")
+    check_resume(cfg)
     writable_dir(cfg.paths.output_dir, "paths.output_dir")
     writable_dir(cfg.paths.cache_dir, "paths.cache_dir")
 

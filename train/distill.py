@@ -16,6 +16,7 @@ if __name__ == "__main__":  # bad input ends here in about a second (one line, e
 
     preflight("distill", check_distill)
 
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from eval.preflight import usage_errors
+from data.owned import is_rank_zero, run_lock
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
 from data.token_ranking import rank_labels, rank_source
@@ -272,6 +274,8 @@ def metrics_table(before: dict, after: dict) -> str:
 
 
 def train(cfg: DictConfig) -> dict:
+    """Check everything, find what to resume, then train in the run folder under its lock (one live run a folder;
+    DDP's other ranks share rank 0's)."""
     quiet_known_warnings()
     check_config(cfg)
     check_inputs(cfg, [store for store, *_ in generated_stores(cfg)])
@@ -285,6 +289,11 @@ def train(cfg: DictConfig) -> dict:
         output_dir = run_dir
     elif resume:
         log.info("resuming from %s", resume)
+    with run_lock(output_dir, "paths.output_dir") if is_rank_zero() else contextlib.nullcontext():
+        return train_in(cfg, output_dir, resume)
+
+
+def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
@@ -396,7 +405,8 @@ def train(cfg: DictConfig) -> dict:
         summary["export"] = str(Path(cfg.export.dir).resolve())
         export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
                           extra_info={"val": after if from_last else None, "evaluations": evaluations},
-                          head=draft.get_output_embeddings().weight if is_feature_draft(draft) else None)  # the target's
+                          head=draft.get_output_embeddings().weight if is_feature_draft(draft) else None,  # the target's
+                          protected=[output_dir])  # never the run folder itself
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     finish_wandb(loggers, summary)
 

@@ -14,6 +14,7 @@ import torch
 
 from data.atomic import temp_dir
 from data.checks import UsageError
+from data.owned import INFO, check_replaceable
 from data.token_ranking import write_ranking
 from decode.drafts.feature_drafts import is_feature_draft
 from decode.drafts.kinds import FEATURE_KINDS
@@ -90,10 +91,12 @@ def draft_from_checkpoint(ckpt: dict):
 def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.PathLike, *,
                     overwrite: bool = False, info: dict | None = None, dtype: str | None = None,
                     draft_vocab: dict | None = None, head: torch.Tensor | None = None,
-                    kept: torch.Tensor | None = None) -> Path:
+                    kept: torch.Tensor | None = None, protected=()) -> Path:
     """Write model + tokenizer files into `out_dir` atomically (a temp folder renamed into place); `draft_vocab`
     (size, from, ranking: model.draft.train_vocab_from) goes in as draft_vocab.json. `head`: the target's LM head
-    weight, which an EAGLE-3 export cuts to the `kept` ids (None: all)."""
+    weight, which an EAGLE-3 export cuts to the `kept` ids (None: all). draftsmith.json lists the files written
+    ("export_files"): `overwrite` replaces only such a folder, never one holding a `protected` path (the checkpoint,
+    the run) or anything else (data/owned.py)."""
     out = Path(out_dir)
     old = out.with_name(f".{out.name}.old")
     if old.is_dir() and not out.exists():  # a kill between the two renames below: the previous export comes back
@@ -102,6 +105,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     if out.exists() and not overwrite:
         raise UsageError(f"Export folder {out} already exists. Fix: choose another export.dir, "
                          "or pass export.overwrite=true to replace it.")
+    check_replaceable(out, "export folder", protected)
     tmp = temp_dir(out.parent, out.name)
     try:
         if is_feature_draft(model):  # the serving layout (decode/drafts/feature_export.py); eagle3 stores its cut head
@@ -118,6 +122,9 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
         if draft_vocab:  # trained over ranked ids: decoding keeps the same (data/token_ranking.py)
             write_ranking(tmp, draft_vocab["ranking"], draft_vocab["size"], draft_vocab["from"])
         write_card(tmp, name=out.name)  # README.md model card, rendered from draftsmith.json
+        written = json.loads((tmp / INFO).read_text())
+        written["export_files"] = sorted(p.name for p in tmp.iterdir())  # what overwrite may replace later
+        (tmp / INFO).write_text(json.dumps(written, indent=2, default=str))
         if out.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(out, old)
@@ -157,9 +164,11 @@ def _target_head(meta: dict) -> torch.Tensor:
 
 def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
                       dtype: str | None = None, extra_info: dict | None = None,
-                      head: torch.Tensor | None = None) -> Path:
+                      head: torch.Tensor | None = None, protected=()) -> Path:
     """The checkpoint's draft as an export folder. An EAGLE-3 draft's export cuts `head`, the target's LM head
-    weight, to its draft vocabulary (None: loaded from the target the checkpoint names)."""
+    weight, to its draft vocabulary (None: loaded from the target the checkpoint names). Never replaces a folder
+    holding the checkpoint or a `protected` path (the run folder)."""
+    check_replaceable(out_dir, "export folder", [ckpt_path, *protected], overwrite)
     ckpt = read_checkpoint(ckpt_path)
     meta = ckpt[_META]
     model = draft_from_checkpoint(ckpt)
@@ -176,7 +185,8 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
             "target_architectures": meta.get("target_architectures"), "run_name": meta.get("run_name"),
             "global_step": ckpt.get("global_step"), "training": training, **(extra_info or {})}
     return write_hf_folder(model, meta.get("tokenizer_files", {}), out_dir, overwrite=overwrite, info=info,
-                           dtype=dtype, draft_vocab=meta.get("draft_vocab"), head=head, kept=kept)
+                           dtype=dtype, draft_vocab=meta.get("draft_vocab"), head=head, kept=kept,
+                           protected=[ckpt_path, *protected])
 
 
 def tokenizer_files(tokenizer) -> dict[str, bytes]:
