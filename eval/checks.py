@@ -429,3 +429,20 @@ def check_bench_llamacpp(cfg: DictConfig) -> None:
     for d in cfg.drafts:
         spec_type_of(str(d))  # Medusa / EAGLE-1 exports: no llama.cpp form, said before any server starts
     writable_dir(cfg.out, "out")
+
+
+def check_bench_vllm(cfg: DictConfig) -> None:
+    """scripts/bench_vllm.py."""
+    from eval.vllm import vllm_bin
+
+    try:
+        vllm_bin(cfg.cache_dir)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    list_value(cfg.drafts, "drafts", "outputs/distill/<run>/export")
+    for key in ("n_prompts", "max_new_tokens", "num_speculative_tokens", "max_model_len"):
+        number_in(cfg[key], key, 1, integer=True)
+    number_in(cfg.temperature, "temperature", 0)
+    check_prompts_source(cfg)
+    check_models(cfg)
+    writable_dir(cfg.out, "out")

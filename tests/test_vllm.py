@@ -1,0 +1,68 @@
+"""vLLM as an engine (eval/vllm.py): how each kind of draft is served, where vLLM's counters are read, and (in the
+integration suite, where `make setup-vllm` has run) a real `vllm serve` of our export with greedy output identical
+to vLLM plain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.vllm import VllmServer, draft_kind, speculative_config, vllm_bin
+
+
+def test_each_kind_of_export_is_served_the_way_vllm_names_it(tmp_path):
+    for kind, method in (("eagle3", "eagle3"), ("medusa", "medusa"), ("eagle", "eagle")):
+        (tmp_path / kind).mkdir()
+        (tmp_path / kind / "draftsmith.json").write_text(json.dumps({"draft_kind": kind}))
+        assert speculative_config("draft", tmp_path / kind, 4) == {"method": method, "model": str(tmp_path / kind),
+                                                                   "num_speculative_tokens": 4}
+    (tmp_path / "standalone").mkdir()  # a plain causal LM folder (no draftsmith.json): draft_model
+    assert draft_kind(tmp_path / "standalone") == "standalone"
+    assert speculative_config("draft", tmp_path / "standalone", 3)["method"] == "draft_model"
+    assert speculative_config("plain") is None
+    assert speculative_config("ngram", tokens=3, lookup=(2, 4)) == {
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+
+
+def test_spec_counts_read_vllms_prometheus_counters(monkeypatch):
+    server = VllmServer.__new__(VllmServer)
+    text = ("# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 21.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0\n')
+    monkeypatch.setattr(server, "_get", lambda path: text, raising=False)
+    assert server.spec_counts() == (30, 21)
+    monkeypatch.setattr(server, "_get", lambda path: "", raising=False)
+    assert server.spec_counts() == (0, 0)
+
+
+def test_without_vllm_the_fix_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_BIN", raising=False)
+    with pytest.raises(FileNotFoundError, match="make setup-vllm"):
+        vllm_bin(tmp_path)
+
+
+def vllm_installed() -> bool:
+    try:
+        vllm_bin()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+def test_vllm_serves_our_export_with_greedy_output_identical_to_plain(tmp_path, tiny_target_dir):
+    from data.prompts import encode_prompt
+    from decode.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_target_dir))
+    prompt = encode_prompt(tokenizer, "Write a function that adds two numbers.")
+    with VllmServer(tiny_target_dir, None, 512, log=tmp_path / "plain.log") as plain, \
+            VllmServer(tiny_target_dir, speculative_config("draft", tiny_target_dir, 2), 512,
+                       log=tmp_path / "spec.log") as spec:
+        a, b = plain.completion(prompt, 24), spec.completion(prompt, 24)
+    assert a.text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted  # the target drafting for itself
+    assert Path(tmp_path / "spec.log").read_text()
