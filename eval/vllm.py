@@ -1,8 +1,8 @@
 """vLLM as a measured serving engine: `vllm serve` started as a real process, prompts sent over its OpenAI API.
 
 `make setup-vllm` installs vLLM's CPU build into an environment of its own in the cache (it needs another
-transformers than .venv); on a GPU machine `VLLM_BIN=<path of vllm>` points at a plain `pip install vllm`, the same
-code path. A `VllmServer` starts `vllm serve` on a free local port, plain or with a `speculative_config` built for
+transformers than .venv); on a GPU machine `VLLM_PYTHON=<its python>` points at a plain `pip install vllm`, the same
+code path. A `VllmServer` starts `vllm serve` (through scripts/vllm_serve.py) on a free local port, plain or with a `speculative_config` built for
 the draft's kind (`speculative_config`); waits for its health check; keeps its log; and is stopped on exit and on
 error. `completion` sends one prompt as token ids (every engine decodes the same tokens, chat template included)
 and returns the text, the tokens generated, the wall time and the drafted / accepted counts from vLLM's own
@@ -30,7 +30,7 @@ VERSION = "0.32.0"  # requirements-vllm.txt
 # the CPU build's settings that matter on a small machine: every core for the engine (by default one is kept for the
 # front end), and the KV cache's size in GB
 CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{max(0, (os.cpu_count() or 1) - 1)}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-           "VLLM_CPU_KVCACHE_SPACE": "2"}
+           "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def vllm_dir(cache_dir=None) -> Path:
@@ -38,14 +38,18 @@ def vllm_dir(cache_dir=None) -> Path:
     return base / "vllm" / VERSION
 
 
+LAUNCHER = Path(__file__).resolve().parents[1] / "scripts" / "vllm_serve.py"  # `vllm serve` for the CPU build too
+
+
 def vllm_bin(cache_dir=None) -> Path:
-    """The `vllm` command: VLLM_BIN if set (a GPU install), else the one `make setup-vllm` installed."""
-    if os.environ.get("VLLM_BIN"):
-        return Path(os.environ["VLLM_BIN"])
-    path = vllm_dir(cache_dir) / "venv" / "bin" / "vllm"
+    """The Python of vLLM's environment: VLLM_PYTHON if set (an install of your own, e.g. `pip install vllm` on a
+    GPU machine), else the one `make setup-vllm` installed."""
+    if os.environ.get("VLLM_PYTHON"):
+        return Path(os.environ["VLLM_PYTHON"])
+    path = vllm_dir(cache_dir) / "venv" / "bin" / "python"
     if not (path.is_file() and (vllm_dir(cache_dir) / "INSTALL.txt").is_file()):
         raise FileNotFoundError(f"vLLM is not installed ({path}). Fix: make setup-vllm (a few minutes, once), or "
-                                "VLLM_BIN=<path of vllm> for an install of your own.")
+                                "VLLM_PYTHON=<the python of an environment with vllm>.")
     return path
 
 
@@ -78,6 +82,22 @@ class Completion:
     seconds: float      # the request's wall time, prompt included
     drafted: int = 0    # tokens the draft proposed (vLLM's spec-decode counters, this request's share)
     accepted: int = 0   # of those, accepted by the target
+    rejected: int = 0   # draft steps that stopped at a rejected token: steps less those whose last position was
+                        # accepted (vLLM's per-position counters), so α = accepted / (accepted + rejected)
+
+
+def own_session_ended_with_parent() -> None:
+    """In the server's child before it runs: a session of its own (its engine processes are stopped with it), and
+    SIGTERM when the process that started it dies, however it dies (Linux's PR_SET_PDEATHSIG), so a killed
+    benchmark leaves no server behind."""
+    import ctypes
+    import signal
+
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 class VllmServer:
@@ -89,9 +109,10 @@ class VllmServer:
 
         self.port = free_port()
         self.log = Path(log) if log else None
-        args = [str(vllm_bin(cache_dir)), "serve", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+        args = [str(vllm_bin(cache_dir)), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1",
+                "--port", str(self.port),
                 "--max-model-len", str(max_model_len), "--seed", str(seed), "--max-num-seqs", "1",
-                "--disable-log-requests", "--dtype", "float32"]
+                "--dtype", "float32"]
         if spec is not None:
             args += ["--speculative-config", json.dumps(spec)]
         self.args = args + list(extra or [])
@@ -102,8 +123,8 @@ class VllmServer:
 
     def __enter__(self) -> "VllmServer":
         out = open(self.log, "w") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env=self.env)
+        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                     preexec_fn=own_session_ended_with_parent)
         started = deadline = time.time()
         deadline += self.start_timeout
         try:
@@ -141,15 +162,23 @@ class VllmServer:
         except (urllib.error.URLError, ConnectionError, OSError):
             return None
 
-    def spec_counts(self) -> tuple[int, int]:
-        """(drafted, accepted) tokens so far, from vLLM's Prometheus counters (0, 0 without speculation)."""
+    def spec_counts(self) -> dict:
+        """vLLM's spec-decode counters so far (its Prometheus /metrics): draft steps, drafted and accepted tokens,
+        and accepted tokens by position in the draft (zeros without speculation)."""
         text = self._get("/metrics") or ""
 
-        def total(name: str) -> int:
-            return int(sum(float(v) for v in re.findall(rf"^vllm:{name}(?:_total)?(?:{{[^}}]*}})? ([0-9.e+]+)$",
-                                                        text, re.M)))
+        def values(name: str, label: str | None = None) -> dict:
+            found = {}
+            for labels, value in re.findall(rf"^vllm:{name}(?:_total)?(?:{{([^}}]*)}})? ([0-9.e+-]+)$", text, re.M):
+                key = re.search(rf'{label}="(\d+)"', labels).group(1) if label and labels else ""
+                found[key] = found.get(key, 0) + int(float(value))
+            return found
 
-        return total("spec_decode_num_draft_tokens"), total("spec_decode_num_accepted_tokens")
+        per_pos = values("spec_decode_num_accepted_tokens_per_pos", "position")
+        return {"drafts": sum(values("spec_decode_num_drafts").values()),
+                "drafted": sum(values("spec_decode_num_draft_tokens").values()),
+                "accepted": sum(values("spec_decode_num_accepted_tokens").values()),
+                "per_pos": [per_pos.get(str(i), 0) for i in range(len(per_pos))]}
 
     def completion(self, prompt: list[int], max_tokens: int, temperature: float = 0.0, seed: int = 0,
                    timeout: float = 900) -> Completion:
@@ -165,5 +194,10 @@ class VllmServer:
             reply = json.loads(r.read())
         seconds = time.perf_counter() - started
         after = self.spec_counts()
+        drafts = after["drafts"] - before["drafts"]
+        per_pos = [a - (before["per_pos"][i] if i < len(before["per_pos"]) else 0)
+                   for i, a in enumerate(after["per_pos"])]
         return Completion(text=reply["choices"][0]["text"], n_tokens=int(reply["usage"]["completion_tokens"]),
-                          seconds=seconds, drafted=after[0] - before[0], accepted=after[1] - before[1])
+                          seconds=seconds, drafted=after["drafted"] - before["drafted"],
+                          accepted=after["accepted"] - before["accepted"],
+                          rejected=drafts - per_pos[-1] if per_pos else 0)

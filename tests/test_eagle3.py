@@ -143,7 +143,7 @@ def test_the_draft_vocabulary_head_maps_draft_ids_to_target_ids():
     assert (torch.arange(3) + state["d2t"]).tolist() == [1, 4, 7]  # speculators: target id = draft id + d2t
     assert state["t2d"].nonzero().flatten().tolist() == [1, 4, 7]
     full = draft_head_state(head, None)
-    assert torch.equal(full["lm_head.weight"], head) and not full["d2t"].any() and full["t2d"].all()
+    assert torch.equal(full["lm_head.weight"], head) and set(full) == {"lm_head.weight"}  # vLLM: no map for all ids
 
 
 def test_export_round_trip_in_the_speculators_eagle3_layout(tmp_path, target):

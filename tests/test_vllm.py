@@ -29,17 +29,20 @@ def test_each_kind_of_export_is_served_the_way_vllm_names_it(tmp_path):
 def test_spec_counts_read_vllms_prometheus_counters(monkeypatch):
     server = VllmServer.__new__(VllmServer)
     text = ("# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0\n'
             'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0\n'
             'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 21.0\n'
-            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9.0\n')
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 9.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 7.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 5.0\n')
     monkeypatch.setattr(server, "_get", lambda path: text, raising=False)
-    assert server.spec_counts() == (30, 21)
+    assert server.spec_counts() == {"drafts": 10, "drafted": 30, "accepted": 21, "per_pos": [9, 7, 5]}
     monkeypatch.setattr(server, "_get", lambda path: "", raising=False)
-    assert server.spec_counts() == (0, 0)
+    assert server.spec_counts() == {"drafts": 0, "drafted": 0, "accepted": 0, "per_pos": []}
 
 
 def test_without_vllm_the_fix_is_named(tmp_path, monkeypatch):
-    monkeypatch.delenv("VLLM_BIN", raising=False)
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)
     with pytest.raises(FileNotFoundError, match="make setup-vllm"):
         vllm_bin(tmp_path)
 

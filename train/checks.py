@@ -100,7 +100,7 @@ def check_config(cfg: DictConfig) -> None:
                          "or export.overwrite=true.")
     if cfg.export.enabled:  # never the run folder, never a folder holding what no export wrote
         check_replaceable(out, "export.dir", [cfg.paths.output_dir], bool(cfg.export.overwrite))
-    check_generate(cfg)
+    check_generated_data(cfg)
     check_spec_eval(cfg)
 
 
@@ -257,7 +257,7 @@ def check_steps(cfg: DictConfig) -> None:
     number_in(cfg.checkpoint.every_n_steps, "checkpoint.every_n_steps", 0, integer=True)
 
 
-def check_generate(cfg: DictConfig) -> None:
+def check_generated_data(cfg: DictConfig) -> None:
     """data=generated: what the target answers before training."""
     from data.generated import PROMPT_SOURCES
 

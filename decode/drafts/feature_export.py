@@ -7,7 +7,7 @@
 - eagle3: the `speculators` EAGLE-3 layout (`speculators_model_type: eagle3`, `eagle_aux_hidden_state_layer_ids`,
   `draft_vocab_size`); weights `fc`, `layers.0.*` (q/k/v 2H wide, `hidden_norm`), `norm`, and the head over the draft
   vocabulary: `lm_head` (the target's rows for the kept ids), `d2t` (draft id -> target id minus draft id) and `t2d`
-  (which target ids the draft has), as speculators and vLLM read them. The embeddings come from the verifier. A
+  (which target ids the draft has), as speculators and vLLM read them; a head over every id has no d2t / t2d. The embeddings come from the verifier. A
   Qwen2 target's layer is written as a Llama layer with biases (`as_llama_layer`): the classes engines build from.
 - medusa: vLLM's Medusa layout (`model_type: medusa`, `num_heads`, `num_hidden_layers`, weights
   `blocks.{i}.layers.{j}.weight/bias`), with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`,
@@ -39,9 +39,11 @@ DRAFT_HEAD_KEYS = ("lm_head.weight", "d2t", "t2d")  # eagle3: derived from the t
 
 def draft_head_state(head_weight: torch.Tensor, kept: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """speculators' draft-vocabulary head: the target's LM head rows for `kept` (sorted target ids; None: all),
-    d2t[i] = kept[i] - i and t2d = which target ids are kept. Pure."""
+    d2t[i] = kept[i] - i and t2d = which target ids are kept (both left out when every id is kept). Pure."""
     vocab = head_weight.shape[0]
     kept = torch.arange(vocab) if kept is None else torch.as_tensor(kept, dtype=torch.long).sort().values
+    if len(kept) == vocab:  # every id: no map (vLLM builds none for a full head and refuses to load one)
+        return {"lm_head.weight": head_weight.detach().contiguous().clone()}
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[kept] = True
     return {"lm_head.weight": head_weight.detach()[kept].contiguous().clone(),
@@ -134,7 +136,7 @@ def write_feature_weights(draft, folder, target_name: str, target_architectures=
             raise ValueError("An EAGLE-3 export stores the head over its draft vocabulary, taken from the target's LM "
                              "head: pass head= (the target's) or attach the draft to its target first.")
         state.update(draft_head_state(head, kept))
-        vocab_size = len(state["d2t"])
+        vocab_size = state["lm_head.weight"].shape[0]
     if dtype:
         state = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in state.items()}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
