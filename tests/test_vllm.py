@@ -1,6 +1,6 @@
 """vLLM as an engine (eval/vllm.py): how each kind of draft is served, where vLLM's counters are read, and (in the
-integration suite, where `make setup-vllm` has run) a real `vllm serve` of our export with greedy output identical
-to vLLM plain."""
+integration suite, where `make setup-vllm` has run) a real `vllm serve` with a draft, greedy output identical to
+vLLM plain."""
 
 from __future__ import annotations
 
@@ -57,15 +57,16 @@ def vllm_installed() -> bool:
 
 @pytest.mark.integration
 @pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
-def test_vllm_serves_our_export_with_greedy_output_identical_to_plain(tmp_path, tiny_target_dir):
+def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path):
+    """The embedded 135M target drafting for itself (the tiny test models' head size, 8, is one vLLM's CPU attention
+    does not run): identical greedy text, and nearly every drafted token accepted."""
     from data.prompts import encode_prompt
-    from decode.models.loading import load_tokenizer
+    from decode.models.loading import load_tokenizer, resolve
 
-    tokenizer = load_tokenizer(str(tiny_target_dir))
-    prompt = encode_prompt(tokenizer, "Write a function that adds two numbers.")
-    with VllmServer(tiny_target_dir, None, 512, log=tmp_path / "plain.log") as plain, \
-            VllmServer(tiny_target_dir, speculative_config("draft", tiny_target_dir, 2), 512,
-                       log=tmp_path / "spec.log") as spec:
+    target = resolve("embedded:smollm2-135m-instruct")
+    prompt = encode_prompt(load_tokenizer(str(target)), "Write a function that adds two numbers.")
+    with VllmServer(target, None, 1024, log=tmp_path / "plain.log") as plain, \
+            VllmServer(target, speculative_config("draft", target, 2), 1024, log=tmp_path / "spec.log") as spec:
         a, b = plain.completion(prompt, 24), spec.completion(prompt, 24)
-    assert a.text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted  # the target drafting for itself
-    assert Path(tmp_path / "spec.log").read_text()
+    assert a.text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted
+    assert b.accepted / (b.accepted + b.rejected) >= 0.9
