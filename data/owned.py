@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 from data.checks import UsageError
@@ -29,6 +30,7 @@ LOCK = ".draftsmith.lock"
 # (scripts/export_gguf.py writes <export>/draft-<type>.gguf by default)
 ADDED_LATER = ("README.md", INFO, "draftsmith.json.tmp", ".generation_config.json.tmp", ".README.md.tmp")
 ADDED_SUFFIXES = (".gguf",)
+OUR_TEMPORARY = re.compile(r"^\..+\.tmp-\d+-")  # data/atomic.py's temporaries (a GGUF conversion killed mid-write)
 # an export written before exports listed their files: what write_hf_folder has ever written
 LEGACY_EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
                        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -56,7 +58,7 @@ def foreign_entries(folder: Path) -> list[str]:
         return [p.name + ("/" if p.is_dir() else "") for p in entries]
     ours = set(listed) | set(ADDED_LATER)
     return [p.name + ("/" if p.is_dir() else "") for p in entries
-            if p.is_dir() or not (p.name in ours or p.name.endswith(ADDED_SUFFIXES))]
+            if p.is_dir() or not (p.name in ours or p.name.endswith(ADDED_SUFFIXES) or OUR_TEMPORARY.match(p.name))]
 
 
 def inside(path: Path, folder: Path) -> bool:

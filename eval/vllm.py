@@ -2,13 +2,13 @@
 
 `make setup-vllm` installs vLLM's CPU build into an environment of its own in the cache (it needs another
 transformers than .venv); on a GPU machine `VLLM_PYTHON=<its python>` points at a plain `pip install vllm`, the same
-code path. A `VllmServer` starts `vllm serve` (through scripts/vllm_serve.py) on a free local port, plain or with a `speculative_config` built for
-the draft's kind (`speculative_config`); waits for its health check; keeps its log; and is stopped on exit and on
-error. `completion` sends one prompt as token ids (every engine decodes the same tokens, chat template included)
-and returns the text, the tokens generated, the wall time and the drafted / accepted counts from vLLM's own
-spec-decode counters (its /metrics).
+code path. A `VllmServer` starts `vllm serve` (through scripts/vllm_serve.py) on a free local port, plain or with a
+`speculative_config` built for the draft's kind; waits for its health check; keeps its log; and is stopped on exit,
+on error and when the process that started it dies. `completion` sends one prompt as token ids (every engine decodes
+the same tokens, chat template included) and returns the text, the tokens generated, the wall time and the drafted /
+accepted / rejected counts from vLLM's own spec-decode counters (its /metrics).
 
-    with VllmServer(target, speculative_config("draft_model", draft, 3), log=out / "vllm.log") as server:
+    with VllmServer(target, speculative_config("draft", export, 3), log=out / "vllm.log") as server:
         result = server.completion(prompt_ids, max_tokens=128)   # .text, .n_tokens, .seconds, .drafted, .accepted
 """
 

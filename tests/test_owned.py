@@ -37,6 +37,7 @@ def test_an_export_lists_its_files_and_overwrite_replaces_it(tmp_path, tiny_mode
     listed = json.loads((out / "draftsmith.json").read_text())["export_files"]
     assert sorted(p.name for p in out.iterdir()) == listed and foreign_entries(out) == []
     (out / "draft-q8_0.gguf").write_bytes(b"GGUF")  # what scripts/export_gguf.py adds by default
+    (out / ".draft-q4_k_m.gguf.tmp-4242-x1y2").write_bytes(b"GG")  # and what a killed conversion leaves
     write_hf_folder(tiny_model, {}, out, overwrite=True)
     assert (out / "config.json").is_file() and not (out / "draft-q8_0.gguf").exists()
 
