@@ -169,7 +169,7 @@ def render(info: dict, name: str) -> str:
     lines += _batch_lines(info.get("batches") or [])
     lines += _policy_lines(info.get("serving_policy"))
     if info.get("draft_kind") in FEATURE_USAGE:
-        lines += _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target))
+        lines += _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target), info)
         if info["draft_kind"] == "eagle3":  # llama.cpp drafts with EAGLE-3 heads too (--spec-type draft-eagle3)
             lines += _llamacpp_lines(info, gamma, "draft-eagle3")
         return "\n".join(lines)
@@ -187,9 +187,7 @@ def render(info: dict, name: str) -> str:
               'inputs = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
               '                                 return_tensors="pt", return_dict=True)',
               "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)", "```", "",
-              "vLLM:", "", "```python", "from vllm import LLM",
-              f'llm = LLM(model="{serving_target}", speculative_config={{"method": "draft_model",',
-              f'          "model": "<path to this folder>", "num_speculative_tokens": {gamma}}})', "```", "",
+              ] + _vllm_lines(info, gamma, "draft_model", serving_target) + [
               "SGLang:", "", "```bash",
               f"python -m sglang.launch_server --model-path {serving_target} \\",
               "  --speculative-algorithm STANDALONE --speculative-draft-model-path <path to this folder> \\",
@@ -229,6 +227,29 @@ def _batch_lines(batches: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _vllm_lines(info: dict, gamma: int, method: str, serving_target: str) -> list[str]:
+    """vLLM: `vllm serve` with this draft. The draft length: the best one measured in vLLM against vLLM plain
+    (`scripts/bench_vllm.py update_card=true`), else the card's gamma, said to be ours."""
+    best = max(info.get("vllm") or [], key=lambda e: e["speedup"], default=None)
+    if best:
+        n = int(best["gamma"])
+        said = (f"Measured in vLLM ({best.get('engine', 'vLLM')}, {best.get('domain', '?')} test prompts, greedy, "
+                f"{best.get('cpu', 'this CPU')}): {best['speedup']:.2f}x vLLM plain at {n} drafted tokens "
+                f"({best['tok_s']:.1f} against {best['plain_tok_s']:.1f} tok/s), α {best['alpha']:.3f} (our decoder: "
+                f"{best['ours_alpha']:.3f}), output identical to plain: {best.get('greedy_identical')}."
+                + ("" if best["speedup"] >= 1 else " It did not pay there: serve vLLM plain on that machine.")
+                if best.get("ours_alpha") is not None else
+                f"Measured in vLLM ({best.get('engine', 'vLLM')}): {best['speedup']:.2f}x vLLM plain at {n} drafted "
+                f"tokens, α {best['alpha']:.3f}, output identical to plain: {best.get('greedy_identical')}.")
+    else:
+        n = gamma
+        said = ("Not measured in vLLM for this card; the draft length is the one measured best in Draftsmith's "
+                "decoder. `python scripts/bench_vllm.py drafts=[<path to this folder>] update_card=true` measures it "
+                "against vLLM plain and writes it here.")
+    spec = f'{{"method": "{method}", "model": "<path to this folder>", "num_speculative_tokens": {n}}}'
+    return ["vLLM:", "", said, "", "```bash", f"vllm serve {serving_target} --speculative-config '{spec}'", "```", ""]
+
+
 def _llamacpp_lines(info: dict, gamma: int, spec_type: str = "draft-simple") -> list[str]:
     """llama.cpp: convert, then llama-server with this draft. The draft length: the best one measured in llama.cpp
     against llama.cpp plain (`scripts/bench_llamacpp.py update_card=true`), else the card's gamma, said to be ours."""
@@ -251,7 +272,8 @@ def _llamacpp_lines(info: dict, gamma: int, spec_type: str = "draft-simple") -> 
             f"  --spec-draft-n-max {n} --spec-draft-p-min 0", "```", ""]
 
 
-def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str, target: str) -> list[str]:
+def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str, target: str,
+                   info: dict | None = None) -> list[str]:
     """Usage of a feature draft: it needs the target's hidden states, so transformers' assisted generation cannot run
     it; Draftsmith's decoder and serving engines' own methods can."""
     what, method = FEATURE_USAGE[kind]
@@ -262,10 +284,7 @@ def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target:
              "it.", "", why] + (["", caveat] if caveat else [])
     lines += ["", "Draftsmith's decoder (the one measured above):", "", "```bash",
               f"python eval/speculate.py target={target} drafts=[<path to this folder>] gamma=[{gamma}]",
-              "```", "", "vLLM (the layout vLLM reads; not run on the machine that measured this card):", "",
-              "```python", "from vllm import LLM",
-              f'llm = LLM(model="{serving_target}", speculative_config={{"method": "{method}",',
-              f'          "model": "<path to this folder>", "num_speculative_tokens": {gamma}}})', "```", ""]
+              "```", ""] + _vllm_lines(info or {}, gamma, method, serving_target)
     if kind in ("eagle", "eagle3"):
         lines += [f"SGLang ({kind.upper()}; not run here):", "", "```bash",
                   f"python -m sglang.launch_server --model-path {serving_target} \\",
@@ -351,7 +370,8 @@ def set_assistant_gamma(folder: Path, gamma: int, threshold: float = 0.0, schedu
 
 
 def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None = None,
-               name: str | None = None, llamacpp: list[dict] | None = None, batches: list[dict] | None = None) -> Path:
+               name: str | None = None, llamacpp: list[dict] | None = None, batches: list[dict] | None = None,
+               vllm: list[dict] | None = None) -> Path:
     """Append evaluations to draftsmith.json (if given) and re-render README.md, each atomically.
     `name` titles the card when draftsmith.json has no run_name (default: the folder's name). Once something is
     measured, the folder's generation_config.json drafts the card's gamma too (set_assistant_gamma)."""
@@ -362,9 +382,11 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         info["evaluations"] = (info.get("evaluations") or []) + list(new_evaluations)
     if llamacpp:  # measurements in llama.cpp (scripts/bench_llamacpp.py update_card=true): the latest run's
         info["llamacpp"] = list(llamacpp)
+    if vllm:  # measurements in vLLM (scripts/bench_vllm.py update_card=true): the latest run's
+        info["vllm"] = list(vllm)
     if batches:  # speculation against batch size (eval/speculate.py batch_size=[...] update_card=true): the latest
         info["batches"] = list(batches)
-    if new_evaluations or llamacpp or batches:
+    if new_evaluations or llamacpp or batches or vllm:
         tmp = info_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)

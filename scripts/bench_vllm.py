@@ -124,6 +124,24 @@ def add_ours(cfg: DictConfig, records: list[dict], out: Path) -> None:
             r["alpha_gap"] = r["alpha"] - mine["alpha"]
 
 
+def update_cards(records: list[dict], conditions: dict) -> None:
+    """Each export folder among the drafts: its vLLM records into draftsmith.json, its model card re-rendered
+    (eval/card.py: the `vllm serve` line drafts the best measured number of tokens)."""
+    from eval.card import write_card
+
+    for draft in dict.fromkeys(r["draft"] for r in records if r["draft"] != "none"):
+        folder = Path(resolve(draft))
+        if not (folder / "draftsmith.json").is_file():
+            continue
+        mine = [{"gamma": r["gamma"], "speedup": r["speedup"], "speedup_ci": r["speedup_ci"], "tok_s": r["tok_s"],
+                 "plain_tok_s": r["plain_tok_s"], "alpha": r["alpha"], "domain": r["domain"],
+                 "ours_alpha": (r.get("ours") or {}).get("alpha"), "greedy_identical": r["greedy_identical"],
+                 "method": r["method"], "engine": conditions["engine"], "cpu": conditions["cpu"]}
+                for r in records if r["draft"] == draft and r["temperature"] == 0]
+        if mine:
+            print(f"model card: {write_card(folder, vllm=mine)}")
+
+
 def table(records: list[dict]) -> str:
     lines = ["| setting | domain | tok/s | speedup over vLLM plain | α | accepted/proposed | greedy identical "
              "| our decoder: α, accepted/proposed |", "|---|---|---|---|---|---|---|---|"]
@@ -156,6 +174,8 @@ def bench(cfg: DictConfig) -> list[dict]:
                   "cpu": cpu_model() or platform.machine(), "dtype": "float32",
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
+    if cfg.update_card:
+        update_cards(records, conditions)
     text = table(records)
     (out / "results.md").write_text(f"# vLLM: speculative against plain\n\n{text}\n\nConditions: "
                                     f"{json.dumps({k: v for k, v in conditions.items() if k != 'provenance'})}\n")

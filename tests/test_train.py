@@ -64,7 +64,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     card = (run / "export" / "README.md").read_text()
     assert card.startswith(f"# {summary['run_name']}: a speculative-decoding draft for")
     assert "distillation from the target's logits (jsd) on `files`, 3 steps" in card
-    assert f"{summary['after']['test/alpha']:.3f}" in card and "test prompts x" in card and "speculative_config" in card and "STANDALONE" in card
+    assert f"{summary['after']['test/alpha']:.3f}" in card and "test prompts x" in card and "--speculative-config" in card and "STANDALONE" in card
     assert "draft head over the first 64 token ids" in card and exported.lm_head.out_features == len(tokenizer)
     assert "Provenance:" in card and "this folder's weights: sha256" in card and "commit `" in card
     # transformers drafts as measured (spec_eval.gamma and .confidence_threshold), not its defaults 20 and 0.4

