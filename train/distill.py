@@ -294,6 +294,7 @@ def train(cfg: DictConfig) -> dict:
 
 
 def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
+    """The run itself, in `output_dir` (resuming `resume` when given): models, data, fit, export, summary."""
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
