@@ -233,14 +233,12 @@ def _vllm_lines(info: dict, gamma: int, method: str, serving_target: str) -> lis
     best = max(info.get("vllm") or [], key=lambda e: e["speedup"], default=None)
     if best:
         n = int(best["gamma"])
+        ours = f" (our decoder: {best['ours_alpha']:.3f})" if best.get("ours_alpha") is not None else ""
         said = (f"Measured in vLLM ({best.get('engine', 'vLLM')}, {best.get('domain', '?')} test prompts, greedy, "
                 f"{best.get('cpu', 'this CPU')}): {best['speedup']:.2f}x vLLM plain at {n} drafted tokens "
-                f"({best['tok_s']:.1f} against {best['plain_tok_s']:.1f} tok/s), α {best['alpha']:.3f} (our decoder: "
-                f"{best['ours_alpha']:.3f}), output identical to plain: {best.get('greedy_identical')}."
-                + ("" if best["speedup"] >= 1 else " It did not pay there: serve vLLM plain on that machine.")
-                if best.get("ours_alpha") is not None else
-                f"Measured in vLLM ({best.get('engine', 'vLLM')}): {best['speedup']:.2f}x vLLM plain at {n} drafted "
-                f"tokens, α {best['alpha']:.3f}, output identical to plain: {best.get('greedy_identical')}.")
+                f"({best['tok_s']:.1f} against {best['plain_tok_s']:.1f} tok/s), α {best['alpha']:.3f}{ours}, output "
+                f"identical to plain: {best.get('greedy_identical')}."
+                + ("" if best["speedup"] >= 1 else " It did not pay there: serve vLLM plain on that machine."))
     else:
         n = gamma
         said = ("Not measured in vLLM for this card; the draft length is the one measured best in Draftsmith's "

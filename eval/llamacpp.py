@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import sys
@@ -26,6 +24,7 @@ from pathlib import Path
 
 from data.atomic import temp_file
 from data.checks import UsageError
+from eval.server_process import free_port, wait_until_healthy
 
 VERSION = "11434.0.0"  # requirements-llamacpp.txt
 
@@ -42,12 +41,6 @@ def llamacpp_bin(tool: str = "llama-server", cache_dir=None) -> Path:
         raise FileNotFoundError(f"llama.cpp's {tool} is not built ({path}). Fix: make setup-llamacpp (about 25 "
                                 "minutes on 2 cores, once).")
     return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -88,16 +81,9 @@ class LlamaServer:
     def __enter__(self) -> "LlamaServer":
         out = open(self.log, "w") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + self.start_timeout
         try:
-            while time.time() < deadline:
-                if self.proc.poll() is not None:
-                    tail = self.log.read_text()[-1500:] if self.log else ""
-                    raise RuntimeError(f"llama-server exited with {self.proc.returncode} while starting: {tail}")
-                if self._healthy():
-                    return self
-                time.sleep(0.25)
-            raise TimeoutError(f"llama-server did not become healthy in {self.start_timeout:.0f} s (log: {self.log})")
+            wait_until_healthy(self.proc, self._healthy, self.start_timeout, self.log, "llama-server")
+            return self
         except BaseException:
             self.stop()
             raise

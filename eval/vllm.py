@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data.owned import INFO
+from eval.server_process import free_port, wait_until_healthy
 
 VERSION = "0.32.0"  # requirements-vllm.txt
 # the CPU build's settings that matter on a small machine: every core for the engine (by default one is kept for the
@@ -105,8 +106,6 @@ class VllmServer:
 
     def __init__(self, model, spec: dict | None = None, max_model_len: int = 4096, log: Path | None = None,
                  extra: list[str] | None = None, cache_dir=None, start_timeout: float = 900, seed: int = 0):
-        from eval.llamacpp import free_port
-
         self.port = free_port()
         self.log = Path(log) if log else None
         args = [str(vllm_bin(cache_dir)), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1",
@@ -125,20 +124,10 @@ class VllmServer:
         out = open(self.log, "w") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                      preexec_fn=own_session_ended_with_parent)
-        started = deadline = time.time()
-        deadline += self.start_timeout
         try:
-            while time.time() < deadline:
-                if self.proc.poll() is not None:
-                    tail = self.log.read_text()[-2000:] if self.log else ""
-                    raise RuntimeError(f"vllm serve exited with {self.proc.returncode} while starting: {tail}")
-                if self._get("/health") is not None:
-                    return self
-                if int(time.time() - started) % 60 == 0 and time.time() - started > 1:
-                    print(f"vllm serve: starting ({time.time() - started:.0f} s; it compiles its graphs on the first "
-                          f"start, log: {self.log})", flush=True)
-                time.sleep(1)
-            raise TimeoutError(f"vllm serve did not become healthy in {self.start_timeout:.0f} s (log: {self.log})")
+            wait_until_healthy(self.proc, lambda: self._get("/health") is not None, self.start_timeout, self.log,
+                               "vllm serve", poll_s=1, every_s=60, waiting="it compiles its graphs on a first start")
+            return self
         except BaseException:
             self.stop()
             raise

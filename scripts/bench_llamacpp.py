@@ -35,6 +35,7 @@ from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
 from decode.models.loading import load_tokenizer, resolve
 from eval.llamacpp import LlamaServer, gguf_of, llamacpp_dir, spec_type_of
 from eval.preflight import usage_errors
+from eval.server_process import first_difference
 from eval.provenance import cpu_model, provenance
 from eval.report import grid_progress
 
@@ -142,12 +143,6 @@ def update_cards(records: list[dict], conditions: dict, cfg: DictConfig) -> None
                  "threads": conditions["threads"], "engine": conditions["engine"]}
                 for r in records if r["draft"] == draft]
         print(f"model card: {write_card(draft, llamacpp=mine)}")
-
-
-def first_difference(tokens: list[int], plain: list[int]) -> int | None:
-    """Where a setting's output first leaves llama.cpp plain's (None: identical)."""
-    return next((i for i, (a, b) in enumerate(zip(tokens, plain)) if a != b),
-                None if len(tokens) == len(plain) else min(len(tokens), len(plain)))
 
 
 def bench(cfg: DictConfig) -> list[dict]:

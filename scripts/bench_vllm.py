@@ -34,6 +34,7 @@ from data.prompts import encode_prompt, load_prompts
 from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
 from decode.models.loading import load_tokenizer, resolve
 from eval.preflight import usage_errors
+from eval.server_process import first_difference
 from eval.provenance import cpu_model, provenance
 from eval.vllm import VERSION, VllmServer, draft_kind, speculative_config
 
@@ -48,12 +49,6 @@ def settings(cfg: DictConfig) -> list[dict]:
         out.append({"name": f"vLLM n-gram drafting (γ={k})", "draft": None,
                     "spec": speculative_config("ngram", None, k, tuple(cfg.lookup))})
     return out
-
-
-def first_difference(text: str, plain: str) -> int | None:
-    """The character where a setting's greedy text first leaves vLLM plain's (None: identical)."""
-    return next((i for i, (a, b) in enumerate(zip(text, plain)) if a != b),
-                None if len(text) == len(plain) else min(len(text), len(plain)))
 
 
 def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dict:

@@ -14,6 +14,8 @@ import pickle
 import zipfile
 from pathlib import Path
 
+from data.checks import UsageError
+
 # the settings that decide a draft's parameter shapes: a checkpoint trained with other values cannot be resumed
 SHAPE_KEYS = {"model.target.name_or_path": ("model", "target", "name_or_path"),
               **{f"model.draft.{k}": ("model", "draft", k) for k in
@@ -94,3 +96,17 @@ def newest_complete(folder) -> Path | None:
     folder = Path(str(folder))
     found = [p for p in folder.glob("*.ckpt") if is_complete(p)] if folder.is_dir() else []
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def auto_resume(output_dir) -> Path | None:
+    """ckpt_path=auto: <output_dir>/checkpoints/last.ckpt, or the newest whole checkpoint beside it when a kill or a
+    full disk cut last.ckpt short (None: nothing to resume); refused, naming the file, when none is whole."""
+    last = Path(str(output_dir)).expanduser() / "checkpoints" / "last.ckpt"
+    if not last.exists() or is_complete(last):
+        return last if last.exists() else None
+    whole = newest_complete(last.parent)
+    if whole is None:
+        raise UsageError(f"ckpt_path=auto: {last} is cut short and no whole checkpoint is beside it (a kill or a full "
+                         "disk while it was written). Fix: ckpt_path=null to start afresh in another paths.output_dir, "
+                         "or remove that file.")
+    return whole

@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import Callback
 
 from data.atomic import temp_file
 from data.checks import UsageError
-from train.checkpoint_meta import is_complete, newest_complete
+from train.checkpoint_meta import auto_resume
 
 log = logging.getLogger(__name__)
 LAST = "last.ckpt"
@@ -145,16 +145,11 @@ def find_resume(ckpt_path: str | None, output_dir: Path, task_dir: Path) -> tupl
     if ckpt_path in (None, "", "none"):
         return None, output_dir
     if ckpt_path == "auto":
-        last = output_dir / "checkpoints" / LAST
-        if last.is_file() and not is_complete(last):  # cut short by a kill or a full disk
-            whole = newest_complete(last.parent)
-            if whole is None:
-                raise UsageError(f"ckpt_path=auto: {last} is cut short and no whole checkpoint is beside it. Fix: "
-                                 "ckpt_path=null to start afresh in another paths.output_dir, or remove that file.")
+        found = auto_resume(output_dir)
+        if found is not None and found.name != LAST:
             log.warning("ckpt_path=auto: %s is cut short (a kill or a full disk while it was written); resuming from "
-                        "the newest whole checkpoint, %s", last, whole)
-            return str(whole), output_dir
-        return (str(last), output_dir) if last.is_file() else (None, output_dir)
+                        "the newest whole checkpoint, %s", output_dir / "checkpoints" / LAST, found)
+        return (str(found) if found else None), output_dir
     if ckpt_path == "last":
         found = sorted(task_dir.glob(f"*/checkpoints/{LAST}"), key=lambda p: p.stat().st_mtime)
         if not found:

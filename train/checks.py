@@ -16,7 +16,7 @@ from data.owned import check_not_in_use, check_replaceable, is_rank_zero
 from decode.drafts.kinds import FEATURE_KINDS
 from eval.checks import DOMAINS, check_checkpoint_file, check_source
 from eval.preflight import check_dtype, check_same_vocabulary, check_trainer_device, model_folder
-from train.checkpoint_meta import checkpoint_meta, is_complete, newest_complete, shape_differences
+from train.checkpoint_meta import auto_resume, checkpoint_meta, shape_differences
 from train.scaling import is_fsdp
 from train.stores import generated_stores
 
@@ -203,14 +203,9 @@ def check_resume(cfg: DictConfig) -> None:
     if cfg.ckpt_path in (None, "", "none", "last"):
         return
     if cfg.ckpt_path == "auto":
-        last = Path(str(cfg.paths.output_dir)).expanduser() / "checkpoints" / "last.ckpt"
-        if not last.exists():
-            return
-        ckpt = last if is_complete(last) else newest_complete(last.parent)
+        ckpt = auto_resume(cfg.paths.output_dir)
         if ckpt is None:
-            raise UsageError(f"ckpt_path=auto: {last} is cut short (a kill or a full disk while it was written) and "
-                             "no whole checkpoint is beside it. Fix: ckpt_path=null to start afresh in another "
-                             "paths.output_dir, or remove that file.")
+            return
     else:
         ckpt = Path(str(cfg.ckpt_path)).expanduser()
         if not ckpt.is_file():
