@@ -144,6 +144,12 @@ def load_prompts(domain: str, n: int, prompts_file: str | None = None, split: st
     return prompts[:n]
 
 
+def chats_of(tokenizer, prompts: list[str]) -> list[str]:
+    """Each prompt as one user turn in the tokenizer's chat template, ready for the answer (the data engines' input)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]
+
+
 def encode_prompt(tokenizer, prompt) -> list[int]:
     """Instruct targets get their chat template; base models the raw text."""
     messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]

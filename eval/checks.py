@@ -77,11 +77,34 @@ def check_eval_config(cfg: DictConfig) -> None:
     if ref is not None and ref not in list(cfg.drafts):
         raise UsageError(f"reference_draft={ref} is not one of drafts: name one of {list(cfg.drafts)}, e.g. the "
                          "off-the-shelf draft, or add it to drafts.")
+    check_proposers(cfg, gammas)
+    check_baselines(cfg, gammas)
+    check_batch_sizes(cfg, gammas, thresholds)
+    check_trees_and_router(cfg)
+    check_policy(cfg)
+
+
+def check_proposers(cfg: DictConfig, gammas: list) -> None:
+    """Which ways of drafting were asked for, and what feature drafts can run."""
     unknown = [p for p in cfg.proposers if p not in PROPOSERS]
     if unknown or not cfg.proposers:
         raise UsageError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
     if not 1 <= int(cfg.lookup.min_n) <= int(cfg.lookup.max_n):
         raise UsageError(f"lookup needs 1 <= min_n <= max_n, got {cfg.lookup.min_n} and {cfg.lookup.max_n}.")
+    features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
+    for name, kind in features.items():
+        allowed = {"draft", *TREES}
+        if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
+            raise UsageError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain "
+                             "or token trees), compile=false and no "
+                             f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
+                             "(measure standalone drafts' other policies in another run).")
+    if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
+        raise UsageError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
+
+
+def check_baselines(cfg: DictConfig, gammas: list) -> None:
+    """transformers' decoders and the served engines timed beside ours."""
     bad = [t for t in cfg.get("transformers", []) if t not in ("assisted", "lookup")]
     if bad:
         raise UsageError(f"transformers must list assisted and/or lookup (transformers' own decoders timed alongside), "
@@ -108,17 +131,22 @@ def check_eval_config(cfg: DictConfig) -> None:
             raise UsageError("llamacpp=[...] runs beside every policy, not inside policy=auto. Fix: drop one of them.")
         if "speculative" in cfg.llamacpp and not [g for g in gammas if g != "auto"]:
             raise UsageError("llamacpp=[speculative] drafts a fixed gamma: give one, e.g. gamma=[auto,2].")
+    check_vllm_arms(cfg, gammas)
     tg = cfg.get("transformers_gamma")
     if tg is not None and (not isinstance(tg, int) or tg < 1):
         raise UsageError(f"transformers_gamma must be null (transformers' defaults) or an integer >= 1, got {tg!r}.")
+
+
+def check_batch_sizes(cfg: DictConfig, gammas: list, thresholds: list) -> None:
+    """batch_size above 1: draft chains at fixed gammas only."""
     sizes = cfg.get("batch_size") or [1]
     if not all(isinstance(b, int) and b >= 1 for b in sizes):
         raise UsageError(f"batch_size must be a list of integers >= 1, got {list(sizes)}.")
     if any(b > 1 for b in sizes):
-        extras = [k for k in ("transformers", "llamacpp") if cfg.get(k)] + (["policy"] if cfg.get("policy") else [])
+        extras = [k for k in ("transformers", "llamacpp", "vllm") if cfg.get(k)] + (["policy"] if cfg.get("policy") else [])
         if list(cfg.proposers) != ["draft"] or "auto" in gammas or extras or cfg.compile or cfg.get("auto_off"):
             raise UsageError("batch_size above 1 measures draft chains at fixed gammas only: proposers=[draft], "
-                             "gamma=[1,2,...] (no auto), no transformers/llamacpp/policy/auto_off, compile=false.")
+                             "gamma=[1,2,...] (no auto), no transformers/llamacpp/vllm/policy/auto_off, compile=false.")
         if any(thresholds):
             raise UsageError("batch_size above 1 drafts a fixed gamma: confidence_threshold=[0].")
         if any(feature_kind_of(d) for d in cfg.drafts):
@@ -126,6 +154,10 @@ def check_eval_config(cfg: DictConfig) -> None:
         if cfg.n_prompts < max(sizes):
             raise UsageError(f"batch_size={max(sizes)} needs at least that many prompts: n_prompts >= {max(sizes)} "
                              f"(got {cfg.n_prompts}; two groups or more give an interval).")
+
+
+def check_trees_and_router(cfg: DictConfig) -> None:
+    """Token trees' shapes and the router's settings (also auto_off's)."""
     if any(k in TREES for k in cfg.proposers):
         if cfg.compile:
             raise UsageError("token trees decode with dynamic KV caches: compile=false with proposers tree or "
@@ -147,6 +179,10 @@ def check_eval_config(cfg: DictConfig) -> None:
             or int(cfg.router.max_probe_every) < int(cfg.router.probe_every) or int(cfg.router.timing_window) < 0):
         raise UsageError(f"router needs max_gamma >= 1, 0 < memory <= 1, probe_every >= 0, max_probe_every >= "
                          f"probe_every and timing_window >= 0, got {OmegaConf.to_container(cfg.router)}.")
+
+
+def check_policy(cfg: DictConfig) -> None:
+    """policy=auto and policy_test."""
     if cfg.get("policy") not in (None, "auto"):
         raise UsageError(f"policy must be null (measure every policy asked for) or auto (choose one on the tune "
                          f"prompts, report it on the test prompts), got {cfg.policy!r}.")
@@ -158,16 +194,6 @@ def check_eval_config(cfg: DictConfig) -> None:
                          "every policy already runs on the test prompts. Fix: add policy=auto, or drop policy_test.")
     if cfg.get("policy") == "auto" and cfg.split != "test":
         raise UsageError("policy=auto chooses on the tune prompts and reports the test prompts: leave split=test.")
-    features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
-    for name, kind in features.items():
-        allowed = {"draft", *TREES}
-        if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
-            raise UsageError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain "
-                             "or token trees), compile=false and no "
-                             f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
-                             "(measure standalone drafts' other policies in another run).")
-    if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
-        raise UsageError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
 
 
 def check_prompts_source(cfg: DictConfig) -> None:
@@ -294,8 +320,10 @@ def check_generate(cfg: DictConfig) -> None:
         number_in(cfg.top_p, "top_p", 0, 1, low_open=True)
     model_folder(cfg.target, "target", cfg.get("cache_dir"))
     engine = cfg.get("engine", "generate")
-    if engine not in ("generate", "speculative"):
-        raise UsageError(f"engine must be generate or speculative, got {engine!r}.")
+    if engine not in ("generate", "speculative", "vllm"):
+        raise UsageError(f"engine must be generate, speculative or vllm, got {engine!r}.")
+    if engine == "vllm":
+        check_vllm_engine(cfg)
     if engine == "speculative":
         if not cfg.speculative.draft:
             raise UsageError("engine=speculative needs a draft: speculative.draft=<folder or embedded:name> sharing the "
@@ -313,6 +341,43 @@ def check_generate(cfg: DictConfig) -> None:
         raise UsageError(f"out: {out} is a folder; an answer store is one .jsonl file. Fix: out={out / 'answers.jsonl'}"
                          ", or another path.")
     writable_dir(out.parent, "out")
+
+
+def check_vllm_arms(cfg: DictConfig, gammas: list) -> None:
+    """eval/speculate.py vllm=[...]."""
+    asked = list(cfg.get("vllm") or [])
+    bad = [e for e in asked if e not in ("plain", "draft", "ngram")]
+    if bad:
+        raise UsageError(f"vllm must list plain, draft and/or ngram, got {bad}.")
+    if not asked:
+        return
+    from eval.vllm import vllm_bin
+
+    try:
+        vllm_bin(cfg.get("cache_dir"))
+    except FileNotFoundError as e:
+        raise UsageError(f"vllm=[...]: {e}") from None
+    if cfg.get("policy"):
+        raise UsageError("vllm=[...] runs beside every policy, not inside policy=auto. Fix: drop one of them.")
+    if "draft" in asked and not [g for g in gammas if g != "auto"]:
+        raise UsageError("vllm=[draft] drafts a fixed gamma: give one, e.g. gamma=[auto,3].")
+    lookup = list(cfg.get("vllm_lookup") or [2, 4])
+    if len(lookup) != 2 or not all(isinstance(n, int) and n >= 1 for n in lookup) or lookup[0] > lookup[1]:
+        raise UsageError(f"vllm_lookup must be [smallest, largest] n-gram sizes >= 1, got {lookup}.")
+    number_in(cfg.get("vllm_kv_cache_gb", 1), "vllm_kv_cache_gb", 0, low_open=True)
+
+
+def check_vllm_engine(cfg: DictConfig) -> None:
+    """engine=vllm: vLLM installed, and a KV cache and context that can hold a batch."""
+    from eval.vllm import vllm_bin
+
+    try:
+        vllm_bin(cfg.get("cache_dir"))
+    except FileNotFoundError as e:
+        raise UsageError(f"engine=vllm: {e}") from None
+    number_in(cfg.vllm.kv_cache_gb, "vllm.kv_cache_gb", 0, low_open=True)
+    number_in(cfg.vllm.max_model_len, "vllm.max_model_len", cfg.max_new_tokens + 1, integer=True)
+    number_in(cfg.vllm.get("in_flight", 2), "vllm.in_flight", 1, integer=True)
 
 
 def check_cache_teacher(cfg: DictConfig) -> None:
@@ -442,6 +507,9 @@ def check_bench_vllm(cfg: DictConfig) -> None:
     list_value(cfg.drafts, "drafts", "outputs/distill/<run>/export")
     for key in ("n_prompts", "max_new_tokens", "num_speculative_tokens", "max_model_len"):
         number_in(cfg[key], key, 1, integer=True)
+    if cfg.get("max_servers") is not None:
+        number_in(cfg.max_servers, "max_servers", 2, integer=True)
+    number_in(cfg.get("kv_cache_gb", 1), "kv_cache_gb", 0, low_open=True)
     number_in(cfg.temperature, "temperature", 0)
     check_prompts_source(cfg)
     check_models(cfg)

@@ -218,3 +218,43 @@ def gguf_of(ref: str, kind: str = "q8_0", cache_dir=None) -> Path:
         return Path(ref)
     existing = Path(ref) / f"draft-{kind}.gguf"
     return existing if existing.is_file() else export_gguf(ref, None, kind, cache_dir)
+
+
+# --- the engine interface (eval/engines.py) -----------------------------------------------------------------------
+
+class LlamaCppEngine:
+    """llama.cpp behind eval/engines.py: llamacpp=[plain, speculative, ngram] in conf/speculate.yaml."""
+
+    name, key = "llama.cpp", "llamacpp"
+
+    def settings(self, cfg) -> list:
+        from decode.drafts.kinds import feature_kind_of
+        from eval.engines import Setting, fixed_gammas
+
+        out = [Setting(self.name, "plain")]
+        if "speculative" in cfg.llamacpp:
+            out += [Setting(self.name, "draft", str(d), g) for d in cfg.drafts
+                    if feature_kind_of(d) in (None, "eagle3") for g in fixed_gammas(cfg)]
+        if "ngram" in cfg.llamacpp:
+            out.append(Setting(self.name, "ngram"))
+        return out
+
+    def start(self, setting, cfg, stack, log: Path):
+        target = gguf_of(cfg.llamacpp_target or str(cfg.target), cfg.llamacpp_gguf, cfg.cache_dir)
+        spec_type = {"plain": None, "ngram": "ngram-simple"}.get(setting.method) or spec_type_of(setting.draft)
+        draft = gguf_of(setting.draft, cfg.llamacpp_gguf, cfg.cache_dir) if setting.method == "draft" else None
+        server = stack.enter_context(LlamaServer(target, draft_gguf=draft, draft_max=setting.gamma or 4,
+                                                 spec_type=spec_type, threads=cfg.threads, log=log,
+                                                 cache_dir=cfg.cache_dir))
+
+        def run(prompt, max_new_tokens, params, eos, generator):
+            return server.completion(prompt, max_new_tokens, params.temperature if params else 0.0,
+                                     seed=int(generator.initial_seed()))
+        return run
+
+    def describe(self, cfg) -> str:
+        build = llamacpp_dir(cfg.cache_dir) / "BUILD.txt"
+        return build.read_text().strip() if build.is_file() else "llama.cpp"
+
+
+ENGINE = LlamaCppEngine()

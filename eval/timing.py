@@ -61,8 +61,8 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
     times = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
     lengths = {a.key: [[0] * len(prompts) for _ in range(repeats)] for a in arms}
     prefills = {a.key: [[0.0] * len(prompts) for _ in range(repeats)] for a in arms}
-    first = {a.key: {"tokens": [], "steps": [], "prompt_steps": [], "target_passes": [], "drafted": [], "accepted": []}
-             for a in arms}
+    first = {a.key: {"tokens": [], "steps": [], "prompt_steps": [], "target_passes": [], "drafted": [], "accepted": [],
+                       "rejected": []} for a in arms}
     for r in range(repeats):
         for i, prompt in enumerate(prompts):
             for arm in rotated(arms, r + i):  # no arm always runs first (or right after a particular other one)
@@ -78,6 +78,7 @@ def timed_interleaved(target, arms: list[Arm], prompts: list[list[int]], max_new
                     first[arm.key]["target_passes"].append(getattr(gen, "target_passes", None))
                     first[arm.key]["drafted"].append(getattr(gen, "drafted", None))  # engines that count them
                     first[arm.key]["accepted"].append(getattr(gen, "accepted", None))
+                    first[arm.key]["rejected"].append(getattr(gen, "rejected", None))
             if on_prompt is not None:
                 on_prompt(r, i)
     out = {}

@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.owned import INFO
@@ -85,6 +85,16 @@ class Completion:
     accepted: int = 0   # of those, accepted by the target
     rejected: int = 0   # draft steps that stopped at a rejected token: steps less those whose last position was
                         # accepted (vLLM's per-position counters), so α = accepted / (accepted + rejected)
+    tokens: list = field(default_factory=list)  # the generated token ids
+    steps: list = field(default_factory=list)   # no per-step logs from the server
+
+    @property
+    def prefill_s(self) -> float:  # the API reports no split: the request's whole wall time is counted as decoding
+        return 0.0
+
+    @property
+    def decode_s(self) -> float:
+        return self.seconds
 
 
 def own_session_ended_with_parent() -> None:
@@ -105,17 +115,19 @@ class VllmServer:
     """One `vllm serve` process (a context manager): started on a free port, health-checked, stopped on exit."""
 
     def __init__(self, model, spec: dict | None = None, max_model_len: int = 4096, log: Path | None = None,
-                 extra: list[str] | None = None, cache_dir=None, start_timeout: float = 900, seed: int = 0):
+                 extra: list[str] | None = None, cache_dir=None, start_timeout: float = 900, seed: int = 0,
+                 max_num_seqs: int = 1, kv_cache_gb: float | None = None):
         self.port = free_port()
         self.log = Path(log) if log else None
         args = [str(vllm_bin(cache_dir)), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1",
                 "--port", str(self.port),
-                "--max-model-len", str(max_model_len), "--seed", str(seed), "--max-num-seqs", "1",
-                "--dtype", "float32"]
+                "--max-model-len", str(max_model_len), "--seed", str(seed), "--max-num-seqs", str(max_num_seqs),
+                "--dtype", "float32", "--generation-config", "vllm"]  # no sampling defaults from the folder
         if spec is not None:
             args += ["--speculative-config", json.dumps(spec)]
         self.args = args + list(extra or [])
-        self.env = {**os.environ, **CPU_ENV, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        cpu_env = {**CPU_ENV, **({"VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gb:g}"} if kv_cache_gb else {})}
+        self.env = {**os.environ, **cpu_env, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.model = str(model)
@@ -169,18 +181,32 @@ class VllmServer:
                 "accepted": sum(values("spec_decode_num_accepted_tokens").values()),
                 "per_pos": [per_pos.get(str(i), 0) for i in range(len(per_pos))]}
 
+    def _post(self, path: str, body: dict, timeout: float) -> dict:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def complete_batch(self, prompts: list[list[int]], max_tokens: int, temperature: float = 0.0,
+                       top_p: float | None = None, seed: int = 0, timeout: float = 3600) -> list[list[int]]:
+        """The tokens generated after each of several prompts (token ids each), in one request that vLLM batches
+        up to --max-num-seqs at once; in prompt order, the end-of-sequence token included where one was generated.
+        Greedy at temperature 0, else sampling from the target's distribution (top-p if given)."""
+        body = {"model": self.model, "prompt": [list(p) for p in prompts], "max_tokens": max_tokens,
+                "temperature": temperature, "seed": seed, "top_p": top_p or 1.0, "top_k": -1,
+                "return_token_ids": True}
+        choices = sorted(self._post("/v1/completions", body, timeout)["choices"], key=lambda c: c["index"])
+        return [list(c["token_ids"]) for c in choices]
+
     def completion(self, prompt: list[int], max_tokens: int, temperature: float = 0.0, seed: int = 0,
                    timeout: float = 900) -> Completion:
         """Generate up to `max_tokens` after `prompt` (token ids, chat template applied); greedy at temperature 0,
         the target's own distribution otherwise (no top-k / top-p cut)."""
         body = {"model": self.model, "prompt": list(prompt), "max_tokens": max_tokens, "temperature": temperature,
-                "seed": seed, "top_p": 1.0, "top_k": -1, "ignore_eos": False}
+                "seed": seed, "top_p": 1.0, "top_k": -1, "ignore_eos": False, "return_token_ids": True}
         before = self.spec_counts()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
-                                         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         started = time.perf_counter()
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            reply = json.loads(r.read())
+        reply = self._post("/v1/completions", body, timeout)
         seconds = time.perf_counter() - started
         after = self.spec_counts()
         drafts = after["drafts"] - before["drafts"]
@@ -189,4 +215,47 @@ class VllmServer:
         return Completion(text=reply["choices"][0]["text"], n_tokens=int(reply["usage"]["completion_tokens"]),
                           seconds=seconds, drafted=after["drafted"] - before["drafted"],
                           accepted=after["accepted"] - before["accepted"],
-                          rejected=drafts - per_pos[-1] if per_pos else 0)
+                          rejected=drafts - per_pos[-1] if per_pos else 0,
+                          tokens=list(reply["choices"][0].get("token_ids") or []))
+
+
+# --- the engine interface (eval/engines.py) -----------------------------------------------------------------------
+
+class VllmEngine:
+    """vLLM behind eval/engines.py: vllm=[plain, draft, ngram] in conf/speculate.yaml. Each draft in drafts=[...] is
+    served the way its kind needs (`speculative_config`) at each fixed gamma asked for; ngram drafts the first fixed
+    gamma's tokens by prompt lookup (n-grams of vllm_lookup's sizes)."""
+
+    name, key = "vllm", "vllm"
+
+    def settings(self, cfg) -> list:
+        from eval.engines import Setting, fixed_gammas
+
+        gammas = fixed_gammas(cfg) or [3]
+        out = [Setting(self.name, "plain")]
+        if "draft" in cfg.vllm:
+            out += [Setting(self.name, "draft", str(d), g) for d in cfg.drafts for g in gammas]
+        if "ngram" in cfg.vllm:
+            out.append(Setting(self.name, "ngram", None, gammas[0]))
+        return out
+
+    def start(self, setting, cfg, stack, log: Path):
+        from decode.models.loading import resolve
+
+        lookup = tuple(cfg.get("vllm_lookup") or (2, 4))
+        spec = speculative_config(setting.method, resolve(setting.draft, cfg.cache_dir) if setting.draft else None,
+                                  setting.gamma, lookup)
+        server = stack.enter_context(VllmServer(resolve(str(cfg.target), cfg.cache_dir), spec, log=log,
+                                                cache_dir=cfg.cache_dir, seed=int(cfg.seed),
+                                                kv_cache_gb=float(cfg.get("vllm_kv_cache_gb") or 1)))
+
+        def run(prompt, max_new_tokens, params, eos, generator):
+            return server.completion(prompt, max_new_tokens, params.temperature if params else 0.0,
+                                     seed=int(generator.initial_seed()))
+        return run
+
+    def describe(self, cfg) -> str:
+        return f"vllm-cpu {VERSION}" if not os.environ.get("VLLM_PYTHON") else "vllm (VLLM_PYTHON)"
+
+
+ENGINE = VllmEngine()

@@ -125,20 +125,9 @@ def measure(methods: dict, prompts, max_new, eos, repeats, after_warmup=lambda: 
     return results
 
 
-def bench(cfg: DictConfig) -> dict:
-    """Run every method on the same prompts; print the table; save and return bench_decoder.json's content."""
-    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
-    if cfg.gamma < 1:
-        raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
-    threshold = float(cfg.get("confidence_threshold", 0.0))
-    if not 0 <= threshold < 1:
-        raise ValueError(f"confidence_threshold must be in [0, 1) (0 = always draft gamma), got {threshold}.")
-    tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
-    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
-    draft = load_frozen(cfg.draft, dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
-    check_same_vocab(tokenizer, load_tokenizer(cfg.draft), target, draft, str(cfg.target), str(cfg.draft))
-    eos = {tokenizer.eos_token_id}
-    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
+def decoding_methods(cfg: DictConfig, tokenizer, target, draft, prompts: list, threshold: float) -> tuple:
+    """(methods, per-method step logs, the target's and draft's CPU layouts, the draft's quantization and head):
+    ours and transformers' decoders, with the variants that show what each of our choices buys."""
     max_rows = cfg.gamma + 1  # a verification pass feeds the target gamma + 1 tokens
     # `draft` itself stays as loaded: ours decodes with a copy whose head may be cut, then int8
     small_head, vocab = restrict_vocab(draft, cfg.draft_vocab, special_token_ids(tokenizer, draft), copy=True)
@@ -178,8 +167,11 @@ def bench(cfg: DictConfig) -> dict:
     if any(set(p["layout"]) != {"torch"} for p in plans) or quant["quantized"] or vocab["restricted"]:
         methods["hf_assisted_our_kernels"] = with_layout(hf(target, fast_draft, cfg.gamma, threshold),
                                                          [target, fast_draft], max_rows, cfg.cpu_matmul)
-    results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats,
-                      after_warmup=lambda: [s.clear() for s in steps.values()])
+    return methods, steps, layout, quant, vocab
+
+
+def result_rows(results: dict, steps: dict) -> list[dict]:
+    """One row per method: tok/s, speed over ours target-only, greedy identity, alpha; printed as a table."""
     reference = results["ours_target_only"]["outputs"]
     base = results["ours_target_only"]["tok_s"]
     rows = []
@@ -192,12 +184,18 @@ def bench(cfg: DictConfig) -> dict:
                      "new_tokens": sum(map(len, r["outputs"]))})
         print(f"{name:<30}{r['tok_s']:>9.1f}{r['tok_s'] / base:>21.2f}x{str(identical):>29}"
               f"{'' if alpha is None else f'{alpha:.3f}':>8}")
+    return rows
+
+
+def print_ratios(cfg: DictConfig, results: dict, layout: dict, quant: dict, vocab: dict, threshold: float,
+                 n_prompts: int, device) -> tuple:
+    """ours against transformers' assisted generation (and with our kernels, and compiled); returns the ratios."""
     ratio = results["ours_speculative"]["tok_s"] / results["hf_assisted"]["tok_s"]
     same = (results["ours_speculative"]["tok_s"] / results["hf_assisted_our_kernels"]["tok_s"]
             if "hf_assisted_our_kernels" in results else None)
-    where = target.device if target.device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    where = device if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     stops = f" stopped when the draft's probability < {threshold:g}" if threshold else ""
-    print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}{stops}, {len(prompts)} {cfg.domain} "
+    print(f"\nours_speculative / hf_assisted = {ratio:.2f}x   (gamma={cfg.gamma}{stops}, {n_prompts} {cfg.domain} "
           f"prompts, max_new_tokens={cfg.max_new_tokens}, median of {cfg.repeats}, {where})")
     compiled = (results["ours_speculative_compiled"]["tok_s"] / results["hf_assisted"]["tok_s"]
                 if "ours_speculative_compiled" in results else None)
@@ -208,6 +206,28 @@ def bench(cfg: DictConfig) -> dict:
         print(f"ours_speculative / hf_assisted_our_kernels = {same:.2f}x   (both with the target's layouts by row "
               f"count {layout['target']['layout']}, draft int8: {quant['quantized']}, draft head: "
               f"{vocab['size'] if vocab['restricted'] else 'full'})")
+    return ratio, same, compiled
+
+
+def bench(cfg: DictConfig) -> dict:
+    """Run every method on the same prompts; print the table; save and return bench_decoder.json's content."""
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
+    if cfg.gamma < 1:
+        raise ValueError(f"gamma must be >= 1, got {cfg.gamma}.")
+    threshold = float(cfg.get("confidence_threshold", 0.0))
+    if not 0 <= threshold < 1:
+        raise ValueError(f"confidence_threshold must be in [0, 1) (0 = always draft gamma), got {threshold}.")
+    tokenizer = load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    target = load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
+    draft = load_frozen(cfg.draft, dtype=cfg.draft_dtype or cfg.dtype, cache_dir=cfg.cache_dir, device=cfg.device)
+    check_same_vocab(tokenizer, load_tokenizer(cfg.draft), target, draft, str(cfg.target), str(cfg.draft))
+    eos = {tokenizer.eos_token_id}
+    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(cfg.domain, cfg.n_prompts, cfg.prompts_file)]
+    methods, steps, layout, quant, vocab = decoding_methods(cfg, tokenizer, target, draft, prompts, threshold)
+    results = measure(methods, prompts, cfg.max_new_tokens, eos, cfg.repeats,
+                      after_warmup=lambda: [s.clear() for s in steps.values()])
+    rows = result_rows(results, steps)
+    ratio, same, compiled = print_ratios(cfg, results, layout, quant, vocab, threshold, len(prompts), target.device)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     conditions = {**OmegaConf.to_container(cfg, resolve=True), "threads": torch.get_num_threads(),

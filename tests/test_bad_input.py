@@ -62,10 +62,11 @@ def test_a_prompt_longer_than_the_context_fails_before_the_weights_load(tmp_path
                                                                          monkeypatch):
     from omegaconf import OmegaConf
 
+    import eval.eval_models
     import eval.speculate as speculate
     from test_eval import eval_cfg
 
-    monkeypatch.setattr(speculate, "load_frozen", lambda *a, **k: pytest.fail("the target's weights were loaded"))
+    monkeypatch.setattr(eval.eval_models, "load_frozen", lambda *a, **k: pytest.fail("the target's weights were loaded"))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": "word " * 700}) + "\n" for _ in range(2)))
     cfg = eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], f"prompts_file={prompts}", "max_new_tokens=16")

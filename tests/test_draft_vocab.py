@@ -146,7 +146,7 @@ def test_a_frequency_ranking_chooses_the_kept_ids_and_greedy_output_stays_the_ta
 def test_draft_vocab_from_ranks_the_assistants_turns(tmp_path):
     import json
 
-    from eval.speculate import draft_vocab_ranking
+    from eval.eval_models import draft_vocab_ranking
 
     class Chars:  # a tokenizer: one id per character
         def __call__(self, text, add_special_tokens=False):

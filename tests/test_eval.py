@@ -375,7 +375,7 @@ def test_policy_test_all_measures_every_policy_on_test_prompts_and_flags_the_cho
 
 
 def test_mark_choice_flags_only_the_chosen_arms_records():
-    from eval.speculate import mark_choice
+    from eval.policy import mark_choice
 
     recs = [{"arm": ["draft", "d", "auto", 0.5], "proposer": "draft", "domain": "code"},
             {"arm": ["draft", "d", 3, 0.0], "proposer": "draft", "domain": "code"},
@@ -387,7 +387,7 @@ def test_mark_choice_flags_only_the_chosen_arms_records():
 
 
 def test_choose_policy_takes_the_best_geometric_mean_over_cells():
-    from eval.speculate import choose_policy
+    from eval.policy import choose_policy
 
     def rec(arm, domain, speedup):
         return {"arm": arm, "domain": domain, "temperature": 0.0, "speedup": speedup, "proposer": arm[0]}

@@ -216,3 +216,47 @@ def test_a_new_store_starts_from_the_repositorys_store_written_the_same_way(tmp_
     assert not seed_from_repo(store, "qwen", "medical", greedy, 0, stores)  # an existing store is never replaced
     assert not seed_from_repo(kept, "qwen", "medical", greedy, 0, stores)  # the kept store itself
     assert not list(store.parent.glob(".*"))  # no temporaries left
+
+
+class FakeVllm:
+    """A stand-in for eval/vllm.VllmServer that answers what the tiny target's greedy generate() answers."""
+
+    def __init__(self, target, calls):
+        self.target, self.calls = target, calls
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.calls.append("stopped")
+
+    def complete_batch(self, prompts, max_tokens, temperature, top_p, seed):
+        import torch
+
+        self.calls.append(len(prompts))
+        out = []
+        for ids in prompts:
+            row = self.target.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False)
+            out.append(row[0, len(ids):].tolist())
+        return out
+
+
+def test_the_vllm_engine_writes_the_same_store_as_transformers_generate(tmp_path, tiny_target_dir, monkeypatch):
+    """engine=vllm: batches of token-id prompts to a server, its tokens decoded like the other engines' (here a
+    fake server giving the same greedy tokens): byte-identical stores, resumable, the server stopped."""
+    import train.vllm_answers
+    from decode.models.loading import load_frozen
+
+    reference = generate_store(gen_cfg(tmp_path / "ref", tiny_target_dir)).read_bytes()
+    calls = []
+    target = load_frozen(str(tiny_target_dir), dtype="float32")
+    monkeypatch.setattr(train.vllm_answers, "vllm_server", lambda cfg, out: FakeVllm(target, calls))
+    store = tmp_path / "generated" / "local" / "general.jsonl"
+    first = domain_prompts("general", 5)
+    written = reference.decode().splitlines(keepends=True)
+    store.parent.mkdir(parents=True)
+    store.write_text(written[0])  # one answer from before: four left, in batches of 2, 2 (the last one short)
+    generate_store(gen_cfg(tmp_path, tiny_target_dir, "engine=vllm"))
+    assert calls == [2, 2, "stopped"]
+    assert store.read_bytes() == reference
+    assert json.loads(written[0])["messages"][0]["content"] == first[0]

@@ -267,6 +267,16 @@ def check_generated_data(cfg: DictConfig) -> None:
     number_in(gen.temperature, "data.generate.temperature", 0)
     if gen.get("cpu_matmul", "torch") not in ("torch", "prepacked"):
         raise UsageError(f"data.generate.cpu_matmul must be torch or prepacked, got {gen.cpu_matmul!r}.")
+    engine = gen.get("engine", "generate")
+    if engine not in ("generate", "speculative", "vllm"):
+        raise UsageError(f"data.generate.engine must be generate, speculative or vllm, got {engine!r}.")
+    if engine == "vllm":
+        from eval.vllm import vllm_bin
+
+        try:
+            vllm_bin(cfg.paths.cache_dir)
+        except FileNotFoundError as e:
+            raise UsageError(f"data.generate.engine=vllm: {e}") from None
 
 
 def check_spec_eval(cfg: DictConfig) -> None:

@@ -149,7 +149,9 @@ def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
                                      "seed": seed, "threads": None, "out": str(store),
                                      "engine": gen.get("engine", "generate"),
                                      "cpu_matmul": gen.get("cpu_matmul", "torch"),
-                                     "speculative": gen.get("speculative") or {"draft": None, "gamma": 3}})
+                                     "speculative": gen.get("speculative") or {"draft": None, "gamma": 3},
+                                     "vllm": gen.get("vllm") or {"kv_cache_gb": 2, "max_model_len": 2048,
+                                                                  "in_flight": 2}})
         seed_from_repo(store, cfg.model.target.slug, domain, store_settings(settings), seed)  # data/stores/
         drop_torn_tail(store)  # a kill mid-write: the cut line goes (its prompt is answered again)
         missing = missing_prompts(domain, gen.n_prompts, seed, store)
@@ -293,28 +295,9 @@ def train(cfg: DictConfig) -> dict:
         return train_in(cfg, output_dir, resume)
 
 
-def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
-    """The run itself, in `output_dir` (resuming `resume` when given): models, data, fit, export, summary."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    started = time.time()
-
-    tokenizer, target, draft = build_models(cfg)
-    if cfg.checkpoint.get("check_free_disk", True):  # before answers and teacher caches, which can take hours
-        check_free_disk(output_dir, checkpoint_bytes(draft), weight_bytes(draft) if cfg.export.enabled else 0)
-    answer_missing_prompts(cfg, tokenizer, target)
-    # a data source to rank (train_vocab_from) is read before the teacher cache, which can take an hour: a bad one
-    # fails in seconds; `data` ranks the packed training blocks, after
-    ranks_data = cfg.model.draft.get("train_vocab_from") == "data"
-    ranking, ranked_from = (None, None) if ranks_data else train_vocab_ranking(cfg, None, tokenizer, draft)
-    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
-    cache_started = time.time()
-    teacher_cache = resolve_teacher_cache(cfg, data_cfg, tokenizer, target, getattr(draft, "aux_layers", None))
-    cache_seconds = round(time.time() - cache_started, 1)  # building a feature cache happens here, once
-    datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg), teacher_cache=teacher_cache)
-    run_name, tags = run_name_and_tags(cfg, draft)
-    if ranks_data:
-        ranking, ranked_from = train_vocab_ranking(cfg, datamodule, tokenizer, draft)
-    meta = {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
+def run_meta(cfg: DictConfig, tokenizer, target, run_name: str, ranking, ranked_from) -> dict:
+    """What every checkpoint and the export carry about the run: target, tokenizer, config, LoRA, draft vocabulary."""
+    return {"target": cfg.model.target.name_or_path, "target_architectures": target.config.architectures,
             "run_name": run_name, "tokenizer_files": tokenizer_files(tokenizer),
             "generation_config": target.generation_config.to_dict() if target.generation_config else None,
             "config": OmegaConf.to_container(cfg, resolve=True),
@@ -323,18 +306,27 @@ def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
             "draft_vocab": {"size": int(cfg.model.draft.train_vocab), "from": ranked_from, "ranking": ranking,
                             "special_ids": sorted(int(i) for i in special_token_ids(tokenizer, target))}
             if ranking else None}
-    # teacher=cache: the target only built the draft and named the cache; training runs without it
-    module = DistillModule(target if cfg.teacher == "live" else None, draft, loss=cfg.loss.name,
-                           temperature=cfg.loss.temperature, chunk_size=cfg.loss.chunk_size,
-                           ce_weight=cfg.loss.ce_weight, loss_params=OmegaConf.to_container(cfg.loss.params),
-                           lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
-                           warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
-                           onpolicy=OmegaConf.to_container(cfg.onpolicy),
-                           train_vocab=cfg.model.draft.get("train_vocab"), train_vocab_ranking=ranking,
-                           special_ids=special_token_ids(tokenizer, target),
-                           feature={"decay": cfg.model.draft.get("loss_decay", 0.8),
-                                    "steps": cfg.model.draft.get("unroll_steps", 1)})
 
+
+def build_module(cfg: DictConfig, tokenizer, target, draft, meta: dict, ranking) -> DistillModule:
+    """The Lightning module; teacher=cache: the target only built the draft and named the cache, training runs
+    without it."""
+    return DistillModule(target if cfg.teacher == "live" else None, draft, loss=cfg.loss.name,
+                         temperature=cfg.loss.temperature, chunk_size=cfg.loss.chunk_size,
+                         ce_weight=cfg.loss.ce_weight, loss_params=OmegaConf.to_container(cfg.loss.params),
+                         lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
+                         warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
+                         onpolicy=OmegaConf.to_container(cfg.onpolicy),
+                         train_vocab=cfg.model.draft.get("train_vocab"), train_vocab_ranking=ranking,
+                         special_ids=special_token_ids(tokenizer, target),
+                         feature={"decay": cfg.model.draft.get("loss_decay", 0.8),
+                                  "steps": cfg.model.draft.get("unroll_steps", 1)})
+
+
+def build_trainer(cfg: DictConfig, output_dir: Path, resume: str | None, run_name: str, tags: list,
+                  spec_eval) -> tuple:
+    """(trainer, best-checkpoint callback, last-validation callback, loggers): checkpoints every
+    checkpoint.every_n_steps and the best by checkpoint.monitor, atomic writes, progress, loggers."""
     ckpt_dir = output_dir / "checkpoints"
     monitor = cfg.checkpoint.monitor
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="step{step}-" + monitor.split("/")[1] + "{" + monitor + ":.4f}",
@@ -343,9 +335,6 @@ def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
     last_validation = LastFitValidation()
     callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation,
                  FlushLogsAtCheckpoints()]
-    spec_eval = build_spec_eval(cfg, tokenizer, target, ranking)
-    if cfg.teacher == "cache":
-        del target
     if spec_eval is not None:
         callbacks.append(spec_eval)
     bar = progress_bar(cfg.progress_bar)
@@ -361,7 +350,13 @@ def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
                         callbacks=callbacks, default_root_dir=str(output_dir),
                         plugins=[] if "deepspeed" in str(cfg.trainer.get("strategy")) else [AtomicCheckpointIO()],
                         enable_progress_bar=bar is not None and not isinstance(bar, StepLines))
+    return trainer, checkpoint, last_validation, loggers
 
+
+def fit_between_validations(trainer, module, datamodule, output_dir: Path, resume: str | None, last_validation,
+                            spec_eval) -> tuple[dict, dict, Path]:
+    """(before, after, last checkpoint): validation before training (kept for a resumed run), fit, validation of the
+    final weights (fit's own last one where it validated them), and a last.ckpt of the final state."""
     before_file = output_dir / "before.json"
     before = load_before(before_file, resume)
     if before is None:
@@ -379,38 +374,36 @@ def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
             after.update(spec_eval.report(module))
     else:
         after = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
-    last = ckpt_dir / "last.ckpt"
+    last = output_dir / "checkpoints" / "last.ckpt"
     trainer.save_checkpoint(last, weights_only=False)  # the final weights and full state, whatever the schedule was
+    return before, after, last
 
-    summary = {"output_dir": str(output_dir), "last_checkpoint": str(last),
-               "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
-               "before": before, "after": after, "seconds": round(time.time() - started, 1),
-               "threads": torch.get_num_threads(), "device": str(module.device), "run_name": run_name,
-               "peak_rss_gb": round(peak_rss_gb(), 2), "teacher_cache_s": cache_seconds if teacher_cache else None,
-               "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
-                         "draft_from": str(cfg.model.draft.get("name_or_path") or ""), "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
-                         "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
-    if not trainer.is_global_zero:  # DDP/FSDP: one process exports and writes the summary
-        return summary
-    if cfg.export.enabled:
-        final_wins = final_weights_win(monitor, checkpoint.best_model_score, after)
-        if cfg.export.checkpoint == "best" and final_wins:
-            log.info("export: the final weights (%s %.4f, validated after fit) beat the best checkpoint's %.4f",
-                     monitor, after[monitor], float(checkpoint.best_model_score))
-        from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path or final_wins
-        source = last if from_last else Path(checkpoint.best_model_path)
-        # measurements describe the final weights: record them only when those are what we export
-        evaluations = [{**spec_eval.last, "domain": "+".join(spec_eval_domains(cfg)), "device": summary["device"],
-                        "source": "end of training (spec_eval)",
-                        "provenance": provenance(str(cfg.model.target.name_or_path))}] if from_last and spec_eval and spec_eval.last else []
-        summary["export"] = str(Path(cfg.export.dir).resolve())
-        export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
-                          extra_info={"val": after if from_last else None, "evaluations": evaluations},
-                          head=draft.get_output_embeddings().weight if is_feature_draft(draft) else None,  # the target's
-                          protected=[output_dir])  # never the run folder itself
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    finish_wandb(loggers, summary)
 
+def export_run(cfg: DictConfig, output_dir: Path, draft, checkpoint, last: Path, after: dict, spec_eval,
+               summary: dict) -> None:
+    """The export from the best checkpoint (or the final weights, where they validated better or export.checkpoint
+    is last), with the end-of-training measurements when those describe the exported weights."""
+    monitor = cfg.checkpoint.monitor
+    final_wins = final_weights_win(monitor, checkpoint.best_model_score, after)
+    if cfg.export.checkpoint == "best" and final_wins:
+        log.info("export: the final weights (%s %.4f, validated after fit) beat the best checkpoint's %.4f",
+                 monitor, after[monitor], float(checkpoint.best_model_score))
+    from_last = cfg.export.checkpoint == "last" or not checkpoint.best_model_path or final_wins
+    source = last if from_last else Path(checkpoint.best_model_path)
+    # measurements describe the final weights: record them only when those are what we export
+    evaluations = [{**spec_eval.last, "domain": "+".join(spec_eval_domains(cfg)), "device": summary["device"],
+                    "source": "end of training (spec_eval)",
+                    "provenance": provenance(str(cfg.model.target.name_or_path))}] if from_last and spec_eval and spec_eval.last else []
+    summary["export"] = str(Path(cfg.export.dir).resolve())
+    export_checkpoint(source, cfg.export.dir, overwrite=cfg.export.overwrite, dtype=cfg.export.dtype,
+                      extra_info={"val": after if from_last else None, "evaluations": evaluations},
+                      head=draft.get_output_embeddings().weight if is_feature_draft(draft) else None,  # the target's
+                      protected=[output_dir])  # never the run folder itself
+
+
+def log_summary(cfg: DictConfig, output_dir: Path, summary: dict, before: dict, after: dict, spec_eval,
+                cache_seconds: float, teacher_cache) -> None:
+    last = summary["last_checkpoint"]
     log.info("validation before/after training. Teacher-forced on held-out text: top1_agree (greedy acceptance "
              "proxy), expected_accept (sum_v min(p,q)), kl. Real speculative decoding on held-out prompts (greedy, "
              "gamma=%s%s): alpha, tau (+1 bonus token included), speedup vs target-only.\n%s",
@@ -428,6 +421,51 @@ def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
     cached = f", {cache_seconds:.0f} s of it finding or building the teacher cache" if teacher_cache else ""
     log.info("summary:    %s  (%.0f s%s, peak memory %.1f GB: this process's maximum resident set)",
              output_dir / "summary.json", summary["seconds"], cached, peak_rss_gb())
+
+
+def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
+    """The run itself, in `output_dir` (resuming `resume` when given): models, data, fit, export, summary."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    tokenizer, target, draft = build_models(cfg)
+    if cfg.checkpoint.get("check_free_disk", True):  # before answers and teacher caches, which can take hours
+        check_free_disk(output_dir, checkpoint_bytes(draft), weight_bytes(draft) if cfg.export.enabled else 0)
+    answer_missing_prompts(cfg, tokenizer, target)
+    # a data source to rank (train_vocab_from) is read before the teacher cache, which can take an hour: a bad one
+    # fails in seconds; `data` ranks the packed training blocks, after
+    ranks_data = cfg.model.draft.get("train_vocab_from") == "data"
+    ranking, ranked_from = (None, None) if ranks_data else train_vocab_ranking(cfg, None, tokenizer, draft)
+    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
+    cache_started = time.time()
+    teacher_cache = resolve_teacher_cache(cfg, data_cfg, tokenizer, target, getattr(draft, "aux_layers", None))
+    cache_seconds = round(time.time() - cache_started, 1)  # building a feature cache happens here, once
+    datamodule = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg), teacher_cache=teacher_cache)
+    run_name, tags = run_name_and_tags(cfg, draft)
+    if ranks_data:
+        ranking, ranked_from = train_vocab_ranking(cfg, datamodule, tokenizer, draft)
+    module = build_module(cfg, tokenizer, target, draft, run_meta(cfg, tokenizer, target, run_name, ranking,
+                                                                  ranked_from), ranking)
+    spec_eval = build_spec_eval(cfg, tokenizer, target, ranking)
+    if cfg.teacher == "cache":
+        del target
+    trainer, checkpoint, last_validation, loggers = build_trainer(cfg, output_dir, resume, run_name, tags, spec_eval)
+    before, after, last = fit_between_validations(trainer, module, datamodule, output_dir, resume, last_validation,
+                                                  spec_eval)
+    summary = {"output_dir": str(output_dir), "last_checkpoint": str(last),
+               "best_checkpoint": checkpoint.best_model_path or None, "steps": trainer.global_step,
+               "before": before, "after": after, "seconds": round(time.time() - started, 1),
+               "threads": torch.get_num_threads(), "device": str(module.device), "run_name": run_name,
+               "peak_rss_gb": round(peak_rss_gb(), 2), "teacher_cache_s": cache_seconds if teacher_cache else None,
+               "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
+                         "draft_from": str(cfg.model.draft.get("name_or_path") or ""), "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
+                         "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
+    if not trainer.is_global_zero:  # DDP/FSDP: one process exports and writes the summary
+        return summary
+    if cfg.export.enabled:
+        export_run(cfg, output_dir, draft, checkpoint, last, after, spec_eval, summary)
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    finish_wandb(loggers, summary)
+    log_summary(cfg, output_dir, summary, before, after, spec_eval, cache_seconds, teacher_cache)
     return summary
 
 

@@ -110,6 +110,7 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
         log.info("teacher cache complete: %s", out)
         return out
     out.mkdir(parents=True, exist_ok=True)
+    check_disk(out, target, splits, top_k, aux_layers)
     what = "features" if top_k is None else f"top-{top_k}"
     for split, blocks in splits.items():
         with progress_bar() as progress:
@@ -120,6 +121,30 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
     (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
                                         **{f"{s}_blocks": len(b) for s, b in splits.items()}, **(info or {})}, indent=1))
     return out
+
+
+def bytes_per_token(hidden: int, top_k: int | None, aux_layers: list[int] | None) -> int:
+    """What the cache stores per token: float16 final hidden states (and one row per aux layer), or top-k float16
+    log-probs, int32 ids and a float32 tail."""
+    if top_k is not None:
+        return top_k * (2 + 4) + 4
+    return hidden * 2 * (1 + len(aux_layers or []))
+
+
+def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: list[int] | None) -> None:
+    """Refuse, before an hour of target passes, a cache the disk cannot hold (the shards still missing, with 5%
+    and 1 GB to spare)."""
+    from data.checks import UsageError
+
+    done = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    tokens = sum(len(blocks) * len(blocks[0]["input_ids"]) for blocks in splits.values() if len(blocks))
+    need = tokens * bytes_per_token(target.config.hidden_size, top_k, aux_layers) - done
+    free = shutil.disk_usage(out).free
+    if need * 1.05 + 2**30 > free:
+        raise UsageError(f"the teacher cache at {out} needs about {need / 2**30:.1f} GB more ({tokens} tokens), and "
+                         f"{free / 2**30:.1f} GB are free there. Fix: free space, fewer tokens "
+                         "(data.max_train_tokens), or paths.cache_dir on a bigger disk.")
+    log.info("teacher cache: about %.1f GB for %d tokens (%.1f GB free)", need / 2**30, tokens, free / 2**30)
 
 
 def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, shard_blocks: int,

@@ -15,17 +15,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemaini
 from data.checks import UsageError
 from data.generated import append_records, check_store_settings, domain_prompts, done_prompts, drop_torn_tail
 from data.progress import progress_bar
+from data.prompts import chats_of
 from decode.drafts.quantize import quantize_draft
 from decode.kernels.fast_linear import fast_cpu_linears
 from decode.kernels.runtime import setup_cpu
 from decode.models.loading import load_frozen, load_tokenizer
 
 log = logging.getLogger("draftsmith.generate")
-
-
-def chats_of(tokenizer, prompts: list[str]) -> list[str]:
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-            for p in prompts]
 
 
 @torch.inference_mode()
@@ -83,6 +79,27 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None, stats: dict | N
     if not todo:
         return out
     tokenizer = tokenizer or load_tokenizer(cfg.target, cache_dir=cfg.cache_dir)
+    if cfg.get("engine", "generate") == "vllm":
+        done = answer_with_vllm(tokenizer, todo, cfg, out)
+    else:
+        done = answer_in_process(target, tokenizer, todo, cfg, out)
+    if stats is not None:
+        stats.update(done)
+    return out
+
+
+def answer_with_vllm(tokenizer, todo: list[str], cfg: DictConfig, out: Path) -> dict:
+    """engine=vllm: a vLLM server answers (train/vllm_answers.py); the server's start is not counted in the rate."""
+    from train.vllm_answers import answered_in_flight, vllm_server
+
+    print(f"starting vllm serve for {cfg.target} (its log: {out}.vllm.log; a first start compiles, minutes)")
+    with vllm_server(cfg, out) as server:
+        return _answer_all(tokenizer, todo, cfg, out, lambda chunks: answered_in_flight(
+            server, tokenizer, chunks, cfg, int(cfg.vllm.in_flight)))
+
+
+def answer_in_process(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path) -> dict:
+    """engine=generate (transformers' batched generate) or speculative (our batched speculative decoder)."""
     target = target or load_frozen(cfg.target, dtype=cfg.dtype, cache_dir=cfg.cache_dir)
     draft = None
     if cfg.get("engine", "generate") == "speculative":
@@ -98,23 +115,22 @@ def generate_store(cfg: DictConfig, target=None, tokenizer=None, stats: dict | N
     rows = cfg.batch_size * (int(cfg.speculative.gamma) + 1 if draft is not None else 1)
     try:
         with fast_cpu_linears(models, rows, cfg.get("cpu_matmul", "torch")):
-            done = _answer_all(target, tokenizer, todo, cfg, out, draft)
-        if stats is not None:
-            stats.update(done)
+            return _answer_all(tokenizer, todo, cfg, out, lambda chunks: (
+                (chunk, answer_batch(target, tokenizer, chunk, cfg, draft)) for chunk in chunks))
     finally:
         tokenizer.padding_side = padding_side
-    return out
 
 
-def _answer_all(target, tokenizer, todo: list[str], cfg: DictConfig, out: Path, draft=None) -> dict:
+def _answer_all(tokenizer, todo: list[str], cfg: DictConfig, out: Path, answered) -> dict:
+    """Every prompt of `todo` in batches of batch_size through `answered(batches)`, which yields (batch, answers) in
+    order; each batch is appended to the store as it comes, with a progress bar."""
     started, answered_tokens = time.time(), 0
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeRemainingColumn()]
     with progress_bar(*columns) as progress:
         task = progress.add_task("generating answers", total=len(todo), rate="")
-        for start in range(0, len(todo), cfg.batch_size):
-            chunk = todo[start:start + cfg.batch_size]
-            answers = answer_batch(target, tokenizer, chunk, cfg, draft)
+        chunks = [todo[start:start + cfg.batch_size] for start in range(0, len(todo), cfg.batch_size)]
+        for chunk, answers in answered(chunks):
             append_records(out, [(p, a) for p, a in zip(chunk, answers) if a])
             answered_tokens += sum(len(tokenizer(a)["input_ids"]) for a in answers)
             progress.update(task, advance=len(chunk),
