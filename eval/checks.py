@@ -508,7 +508,7 @@ def check_bench_vllm(cfg: DictConfig) -> None:
     for key in ("n_prompts", "max_new_tokens", "num_speculative_tokens", "max_model_len"):
         number_in(cfg[key], key, 1, integer=True)
     if cfg.get("max_servers") is not None:
-        number_in(cfg.max_servers, "max_servers", 2, integer=True)
+        number_in(cfg.max_servers, "max_servers", 1, integer=True)
     number_in(cfg.get("kv_cache_gb", 1), "kv_cache_gb", 0, low_open=True)
     number_in(cfg.temperature, "temperature", 0)
     check_prompts_source(cfg)

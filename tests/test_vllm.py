@@ -84,3 +84,35 @@ def test_the_card_serves_the_measured_draft_length_in_vllm_or_says_it_was_not_me
     assert "1.50x vLLM plain at 3 drafted tokens" in measured and "(our decoder: 0.610)" in measured
     assert "vllm serve org/target --speculative-config" in measured and '"num_speculative_tokens": 3' in measured
     assert '"method": "eagle3"' in measured and "did not pay" not in measured
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+def test_vllm_arms_in_speculate_and_the_vllm_data_engine(tmp_path):
+    """eval/speculate.py vllm=[draft] beside our decoder (the embedded 135M drafting for itself): vLLM's rows over
+    vLLM plain, greedy text identical, nearly every drafted token accepted; then scripts/generate_data.py
+    engine=vllm writes a store in the same format, and with the same settings file, as engine=generate."""
+    from hydra import compose, initialize_config_dir
+
+    from eval.speculate import evaluate
+    from train.teacher_data import generate_store
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    target = "embedded:smollm2-135m-instruct"
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose("speculate", overrides=[f"target={target}", f"drafts=[{target}]", "gamma=[2]", "n_prompts=2",
+                                              "max_new_tokens=16", "repeats=1", "domains=[code]", "vllm=[draft]",
+                                              f"out={tmp_path / 'eval'}"])
+    served = [r for r in evaluate(cfg) if r["engine"] == "vllm"]
+    assert [r["proposer"] for r in served] == ["vllm plain", "vllm draft"]
+    assert all(r["greedy_identical"] for r in served) and served[1]["alpha"] >= 0.9
+    stores = {}
+    for engine in ("generate", "vllm"):
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            gen = compose("generate_data", overrides=[f"engine={engine}", "n_prompts=3", "batch_size=2",
+                                                      "max_new_tokens=16", f"out={tmp_path / engine / 'g.jsonl'}"])
+        stores[engine] = generate_store(gen)
+    rows = {e: [json.loads(line)["messages"] for line in p.read_text().splitlines()] for e, p in stores.items()}
+    assert [m[0] for m in rows["vllm"]] == [m[0] for m in rows["generate"]] and all(m[1]["content"] for m in rows["vllm"])
+    assert (stores["vllm"].parent / "g.jsonl.settings.json").read_text() == \
+        (stores["generate"].parent / "g.jsonl.settings.json").read_text()
