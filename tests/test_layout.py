@@ -86,3 +86,19 @@ def test_decode_top_level_is_small_and_every_subpackage_says_what_lives_there():
         assert doc and "import" in doc, f"{init} needs a docstring saying what lives there and what it may import"
     assert set(DECODE_MAY_IMPORT) == {p.name for p in (ROOT / "decode").iterdir()
                                       if p.is_dir() and (p / "__init__.py").is_file()}
+
+
+def test_config_comments_are_one_line_a_key_and_the_manual_lives_in_docs():
+    """conf/ comments say what a key does in a line; docs/configuration.md is the manual."""
+    total, long_lines = 0, []
+    for path in sorted((ROOT / "conf").rglob("*.yaml")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            at = line.find("#")
+            if at < 0 or line.strip().startswith("# @package"):
+                continue
+            total += len(line) - at
+            if len(line) - at > 120:
+                long_lines.append(f"{path.relative_to(ROOT)}:{number}")
+    assert total < 15_000, f"conf/ comments hold {total} characters: move the manual to docs/configuration.md"
+    assert not long_lines, f"comments over 120 characters: {long_lines}"
+    assert (ROOT / "docs" / "configuration.md").exists()
