@@ -11,17 +11,13 @@ from omegaconf import DictConfig
 from data.prompts import encode_prompt, load_prompts
 from decode.core.metrics import acceptance, best_gamma
 from decode.core.replay import best_rule, best_tree, draft_positions, draft_ranks
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate_all
+from decode.core.speculative import NoProposer, SamplingParams, generate_all
 from decode.core.trees import static_tree
 from decode.drafts.feature_drafts import is_feature_draft
-from decode.proposers.eagle_tree import EagleTreeProposer
-from decode.proposers.feature_decoding import MedusaTreeProposer, draft_proposer
-from decode.proposers.ngram import LookupThenDraftProposer, PromptLookupProposer
+from decode.proposers.feature_decoding import draft_proposer
 from decode.proposers.predict_gamma import SurvivalStop, fit_calibration
-from decode.proposers.router import Option, RouterProposer
-from decode.proposers.schedule import HeuristicGammaProposer
-from decode.proposers.tree import TreeProposer
-from eval.checks import ROUTER, TREES, thresholds_of
+from decode.proposers.registry import PROPOSERS, TREES, Request, build_proposer
+from eval.checks import thresholds_of
 from eval.hf_arms import ASSISTED, LOOKUP as HF_LOOKUP, PLAIN as HF_PLAIN, hf_assisted, hf_lookup, hf_plain
 
 log = logging.getLogger("draftsmith.eval")
@@ -41,24 +37,24 @@ def hf_arms(cfg: DictConfig, target, hf_drafts: dict) -> list[tuple]:
 
 def proposer_arms(drafts: list[str], settings: list[tuple], proposers: list[str], tree_depths: dict | None = None,
                   router_gamma: int = 0, max_auto_gamma: int = 8) -> list[tuple]:
-    """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature):
-    prompt lookup alone once per fixed gamma (it needs no draft), then each draft with each other kind (a tree once,
-    its depth as gamma; predicted gamma once, max_auto_gamma its ceiling), then the router once (over lookup and
-    every draft). gamma=auto and confidence thresholds apply to a draft model's own drafts only."""
-    arms = []
-    if "lookup" in proposers:
-        arms += [("lookup", None, g, 0.0) for g in dict.fromkeys(g for g, _ in settings if g != "auto")]
+    """(proposer kind, draft name or None, gamma, threshold) for every speculative run of one (domain, temperature),
+    as each proposer's registry entry says (decode/proposers/registry.py): one without a draft model runs once per
+    fixed gamma; then each draft with each kind that drafts with one (a tree once, its depth as gamma; a stop rule
+    once, max_auto_gamma its ceiling; chains at every gamma asked, or every fixed one); then each kind over every
+    draft once (the router). gamma=auto and confidence thresholds apply to a draft model's own chains only."""
+    kinds = [PROPOSERS[k] for k in proposers]
+    fixed = list(dict.fromkeys(g for g, _ in settings if g != "auto"))
+    arms = [(k.name, None, g, 0.0) for k in kinds if k.drafts_with == "none" for g in fixed]
     for name in drafts:
-        for kind in (k for k in proposers if k not in ("lookup", ROUTER)):
-            if kind in TREES:
-                arms.append((kind, name, (tree_depths or {})[kind], 0.0))
-            elif kind == "predicted":
-                arms.append((kind, name, max_auto_gamma, 0.0))
+        for k in (k for k in kinds if k.drafts_with == "draft"):
+            if k.gamma == "depth":
+                arms.append((k.name, name, (tree_depths or {})[k.name], 0.0))
+            elif k.gamma == "ceiling":
+                arms.append((k.name, name, max_auto_gamma, 0.0))
             else:
-                arms += [(kind, name, g, th) for g, th in settings  # a heuristic schedule under a ceiling of 1
-                         if kind == "draft" or g != "auto" and (kind != "heuristic" or g != 1)]  # is a chain of 1
-    if ROUTER in proposers:
-        arms.append((ROUTER, None, router_gamma, 0.0))
+                arms += [(k.name, name, g, th) for g, th in settings
+                         if k.gamma == "asked" or g != "auto" and g >= k.min_gamma]
+    arms += [(k.name, None, router_gamma, 0.0) for k in kinds if k.drafts_with == "every"]
     return arms
 
 
@@ -85,37 +81,13 @@ def tree_size(cfg: DictConfig, kind: str) -> int | None:
     return None
 
 
-def router_step_s(drafts: dict, costs: dict) -> dict:
-    """Each router option's draft pass time, by the source name its steps record."""
-    return {"lookup": 0.0, **{name: costs[name]["draft_step_s"] for name in drafts}}
-
-
 def make_proposer(kind: str, draft, threshold: float, target, cfg: DictConfig, drafts: dict | None = None,
-                  costs: dict | None = None, branching: list[int] | None = None):
-    """The proposer of one arm: the draft model; the draft model with transformers' heuristic schedule (gamma is the
-    ceiling); prompt lookup; lookup with the draft model where none matches; a static or dynamic token tree; or the
-    router over prompt lookup and every draft (`drafts`, priced by their measured `costs`)."""
-    if kind == "draft":  # a feature draft (Medusa, EAGLE-style) brings its own proposer and verifier
-        return draft_proposer(draft, threshold)
-    if kind == "heuristic":
-        return HeuristicGammaProposer(DraftModelProposer(draft, threshold))
-    if kind in TREES:  # feature drafts grow their own trees (decode/proposers/feature_decoding.py, decode/proposers/eagle_tree.py)
-        make = {"medusa": MedusaTreeProposer, "eagle": EagleTreeProposer, "eagle3": EagleTreeProposer}.get(
-            getattr(draft, "draft_kind", None), TreeProposer)
-        if kind == "tree":  # `branching`: the shape tree.branching=auto chose
-            return make(draft, branching=branching or list(cfg.tree.branching))
-        return make(draft, depth=int(cfg.tree.depth), width=int(cfg.tree.width), top_k=int(cfg.tree.top_k))
-    vocab = target.get_output_embeddings().weight.shape[0]
-    lookup = PromptLookupProposer(vocab, int(cfg.lookup.min_n), int(cfg.lookup.max_n), target.device)
-    if kind == ROUTER:
-        r, gammas = cfg.router, list(range(1, int(cfg.router.max_gamma) + 1))
-        step_s = router_step_s(drafts, costs)
-        options = [Option("lookup", lookup, 0.0, gammas)] if r.lookup else []
-        options += [Option(name, DraftModelProposer(d), step_s[name], gammas) for name, d in drafts.items()]
-        return RouterProposer(options, costs[next(iter(drafts))]["target_pass_s"], float(r.memory),
-                              probe_every=int(r.probe_every), max_probe_every=int(r.max_probe_every),
-                              timing_window=int(r.timing_window))
-    return lookup if kind == "lookup" else LookupThenDraftProposer(lookup, DraftModelProposer(draft, threshold))
+                  costs: dict | None = None, branching: list[int] | None = None, stop_rule=None):
+    """The proposer of one arm, built by name from decode/proposers/registry.py (`cfg` gives the tree, lookup and
+    router settings; `drafts` and their measured `costs` the router's options; `branching` the shape
+    tree.branching=auto chose; `stop_rule` the one fitted for predicted gamma)."""
+    return build_proposer(kind, Request(draft=draft, threshold=threshold, target=target, settings=cfg, drafts=drafts,
+                                        costs=costs, branching=branching, stop_rule=stop_rule))
 
 
 def draft_settings(gammas: list, thresholds: list[float]) -> list[tuple]:

@@ -10,6 +10,9 @@ import json
 import os
 from pathlib import Path
 
+from decode.drafts.kinds import KINDS, STANDALONE
+from decode.proposers.registry import PROPOSERS
+
 
 def _layout(e: dict) -> str:
     """The CPU matmul layout the decoder used (decode/kernels/fast_linear.py), whether the draft ran with int8 weights
@@ -168,10 +171,11 @@ def render(info: dict, name: str) -> str:
     lines += _provenance_lines(evals, info.get("weights_sha256"))
     lines += _batch_lines(info.get("batches") or [])
     lines += _policy_lines(info.get("serving_policy"))
-    if info.get("draft_kind") in FEATURE_USAGE:
-        lines += _feature_usage(info["draft_kind"], gamma, why, caveat, serving_target, str(target), info)
-        if info["draft_kind"] == "eagle3":  # llama.cpp drafts with EAGLE-3 heads too (--spec-type draft-eagle3)
-            lines += _llamacpp_lines(info, gamma, "draft-eagle3")
+    if info.get("draft_kind") in KINDS:
+        kind = KINDS[info["draft_kind"]]
+        lines += _feature_usage(kind, gamma, why, caveat, serving_target, str(target), info)
+        if kind.llamacpp_spec:  # llama.cpp drafts with this kind too
+            lines += _llamacpp_lines(info, gamma, kind.llamacpp_spec)
         return "\n".join(lines)
     lines += ["", "## Usage", "", why] + (["", caveat] if caveat else []) + ["", "transformers (assisted generation):",
               "", "```python",
@@ -187,20 +191,13 @@ def render(info: dict, name: str) -> str:
               'inputs = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,',
               '                                 return_tensors="pt", return_dict=True)',
               "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)", "```", "",
-              ] + _vllm_lines(info, gamma, "draft_model", serving_target) + [
+              ] + _vllm_lines(info, gamma, STANDALONE.vllm_method, serving_target) + [
               "SGLang:", "", "```bash",
               f"python -m sglang.launch_server --model-path {serving_target} \\",
               "  --speculative-algorithm STANDALONE --speculative-draft-model-path <path to this folder> \\",
               f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
               "```", ""] + _llamacpp_lines(info, gamma)
     return "\n".join(lines)
-
-
-FEATURE_USAGE = {"eagle": ("an EAGLE-style feature draft: one decoder layer over the target's last hidden states, in the "
-                           "`speculators` layout (`speculators_model_type: eagle`)", "eagle"),
-                 "eagle3": ("an EAGLE-3 draft: one decoder layer over the inputs of a few of the target's layers, in the "
-                            "`speculators` layout (`speculators_model_type: eagle3`)", "eagle3"),
-                 "medusa": ("Medusa heads on the target's last hidden state, in vLLM's Medusa layout", "medusa")}
 
 
 def _batch_lines(batches: list[dict]) -> list[str]:
@@ -270,33 +267,28 @@ def _llamacpp_lines(info: dict, gamma: int, spec_type: str = "draft-simple") -> 
             f"  --spec-draft-n-max {n} --spec-draft-p-min 0", "```", ""]
 
 
-def _feature_usage(kind: str, gamma: int, why: str, caveat: str, serving_target: str, target: str,
+def _feature_usage(kind, gamma: int, why: str, caveat: str, serving_target: str, target: str,
                    info: dict | None = None) -> list[str]:
     """Usage of a feature draft: it needs the target's hidden states, so transformers' assisted generation cannot run
     it; Draftsmith's decoder and serving engines' own methods can."""
-    what, method = FEATURE_USAGE[kind]
     shared = ("embeddings (not stored here; its head over the draft vocabulary is a copy of the target's rows)"
-              if kind == "eagle3" else "embeddings and LM head (not stored here)")
-    lines = ["", "## Usage", "", f"This folder holds {what}. It reads the target's hidden states and shares its "
+              if kind.stores_head else "embeddings and LM head (not stored here)")
+    lines = ["", "## Usage", "", f"This folder holds {kind.summary}. It reads the target's hidden states and shares its "
              f"{shared}, so it runs only next to that exact target, and transformers' `assistant_model` cannot run "
              "it.", "", why] + (["", caveat] if caveat else [])
     lines += ["", "Draftsmith's decoder (the one measured above):", "", "```bash",
               f"python eval/speculate.py target={target} drafts=[<path to this folder>] gamma=[{gamma}]",
-              "```", ""] + _vllm_lines(info or {}, gamma, method, serving_target)
-    if kind in ("eagle", "eagle3"):
-        lines += [f"SGLang ({kind.upper()}; not run here):", "", "```bash",
+              "```", ""] + _vllm_lines(info or {}, gamma, kind.vllm_method, serving_target)
+    if kind.sglang:
+        lines += [f"SGLang ({kind.sglang}; not run here):", "", "```bash",
                   f"python -m sglang.launch_server --model-path {serving_target} \\",
-                  f"  --speculative-algorithm {kind.upper()} --speculative-draft-model-path <path to this folder> \\",
+                  f"  --speculative-algorithm {kind.sglang} --speculative-draft-model-path <path to this folder> \\",
                   f"  --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}",
                   "```", ""]
     return lines
 
 
-POLICY_NAMES = {"draft": "a chain of the draft's tokens", "heuristic": "the draft with transformers' heuristic γ schedule",
-                "predicted": "the draft, γ predicted per step from its calibrated confidence",
-                "lookup": "prompt lookup alone", "lookup+draft": "prompt lookup, the draft where nothing matches",
-                "tree": "a static token tree", "dynamic_tree": "a dynamic token tree",
-                "router": "a router over prompt lookup and the drafts", "none": "no draft: the target alone"}
+POLICY_NAMES = {**{name: kind.summary for name, kind in PROPOSERS.items()}, "none": "no draft: the target alone"}
 
 
 def _policy_lines(policy: dict | None) -> list[str]:
@@ -389,7 +381,7 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
         tmp.write_text(json.dumps(info, indent=2, default=str))
         os.replace(tmp, info_path)
     policy = info.get("serving_policy") or {}
-    if info.get("draft_kind") in FEATURE_USAGE:  # no assisted-generation keys: transformers cannot run it
+    if info.get("draft_kind") in KINDS:  # no assisted-generation keys: transformers cannot run it
         pass
     elif policy.get("proposer") in ("draft", "heuristic") and str(policy.get("gamma")).isdigit():  # chosen for it
         set_assistant_gamma(folder, int(policy["gamma"]), float(policy.get("confidence_threshold") or 0.0),

@@ -14,12 +14,11 @@ from data.checks import (UsageError, check_data_file, check_prompt_rows, list_va
                          writable_dir)
 from data.owned import check_replaceable
 from decode.drafts.kinds import feature_kind_of
+from decode.proposers.registry import PROPOSERS, TREES
 from eval.preflight import check_device, check_dtype, check_same_vocabulary, model_folder
 
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
 ROUTER = "router"  # the record name of the router over prompt lookup and every draft
-TREES = ("tree", "dynamic_tree")
-PROPOSERS = ("draft", "heuristic", "predicted", "lookup", "lookup+draft", *TREES, "router")
 DOMAINS = ("general", "medical", "code")
 
 
@@ -86,21 +85,22 @@ def check_eval_config(cfg: DictConfig) -> None:
 
 def check_proposers(cfg: DictConfig, gammas: list) -> None:
     """Which ways of drafting were asked for, and what feature drafts can run."""
-    unknown = [p for p in cfg.proposers if p not in PROPOSERS]
+    unknown = [p for p in cfg.proposers if p not in PROPOSERS]  # decode/proposers/registry.py
     if unknown or not cfg.proposers:
         raise UsageError(f"proposers must be a non-empty list of {', '.join(PROPOSERS)}; got {list(cfg.proposers)}.")
     if not 1 <= int(cfg.lookup.min_n) <= int(cfg.lookup.max_n):
         raise UsageError(f"lookup needs 1 <= min_n <= max_n, got {cfg.lookup.min_n} and {cfg.lookup.max_n}.")
     features = {str(d): feature_kind_of(d) for d in cfg.drafts if feature_kind_of(d)}
     for name, kind in features.items():
-        allowed = {"draft", *TREES}
+        allowed = {name for name, k in PROPOSERS.items() if k.feature_drafts}
         if not set(cfg.proposers) <= allowed or cfg.compile or cfg.get("policy"):
             raise UsageError(f"{name}: {kind} drafts decode with proposers {sorted(allowed)} only (their own chain "
                              "or token trees), compile=false and no "
                              f"policy=auto; asked for {list(cfg.proposers)}. Fix: proposers=[draft] compile=false "
                              "(measure standalone drafts' other policies in another run).")
-    if set(cfg.proposers) == {"lookup"} and "auto" in gammas:
-        raise UsageError("gamma=auto chooses a draft model's gamma; prompt lookup alone needs fixed gammas.")
+    if all(PROPOSERS[p].drafts_with == "none" for p in cfg.proposers) and "auto" in gammas:
+        raise UsageError("gamma=auto chooses a draft model's gamma; proposers without one (prompt lookup) need "
+                         "fixed gammas.")
 
 
 def check_baselines(cfg: DictConfig, gammas: list) -> None:

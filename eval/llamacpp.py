@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.atomic import temp_file
+from decode.drafts.kinds import STANDALONE
 from data.checks import UsageError
 from eval.server_process import free_port, wait_until_healthy
 
@@ -138,22 +139,22 @@ TYPES = ("f16", "q8_0", "q4_k_m")
 
 
 def spec_type_of(draft: str) -> str:
-    """How llama-server drafts with this draft: `draft-simple` for a standalone model (a .gguf file, an embedded
-    model, an export of a standalone draft), `draft-eagle3` for an EAGLE-3 export (speculators layout, which
-    llama.cpp's converter reads). Medusa and EAGLE-1 drafts have no llama.cpp form: a usage error naming that."""
-    from decode.drafts.kinds import feature_kind_of
+    """How llama-server drafts with this draft (decode/drafts/kinds.py `llamacpp_spec`): `draft-simple` for a
+    standalone model (a .gguf file, an embedded model, an export of a standalone draft), the kind's own spec type for
+    a feature draft that llama.cpp's converter reads; a kind with no llama.cpp form: a usage error naming that."""
+    from decode.drafts.kinds import KINDS, serving_kind_of
 
-    kind = None if str(draft).endswith(".gguf") else feature_kind_of(draft)
-    if kind is None:
-        return "draft-simple"
-    if kind == "eagle3":
-        return "draft-eagle3"
-    raise UsageError(f"{draft} is a {kind} draft: llama.cpp drafts with standalone models and EAGLE-3 heads only. "
-                     "Fix: measure it with eval/speculate.py (our decoder), or pass a standalone or EAGLE-3 export.")
+    kind = serving_kind_of(draft)
+    if kind.llamacpp_spec:
+        return kind.llamacpp_spec
+    served = [k.name for k in KINDS.values() if k.llamacpp_spec]
+    raise UsageError(f"{draft} is a {kind.name} draft: llama.cpp drafts with standalone models and "
+                     f"{', '.join(served)} drafts only. Fix: measure it with eval/speculate.py (our decoder), or pass "
+                     "a draft llama.cpp serves.")
 
 
-def eagle3_target_dir(folder: Path, cache_dir=None) -> Path:
-    """The Hugging Face folder of the target an EAGLE-3 export was trained for (its config's verifier): llama.cpp's
+def verifier_dir(folder: Path, cache_dir=None) -> Path:
+    """The Hugging Face folder of the target a feature-draft export was trained for (its config's verifier): llama.cpp's
     converter takes the vocabulary and the target's sizes from it."""
     from decode.models.loading import resolve
 
@@ -175,8 +176,8 @@ def export_gguf(folder, out=None, kind: str = "q8_0", cache_dir=None) -> Path:
     if not (folder / "config.json").is_file():
         raise UsageError(f"{folder} is not a Hugging Face model folder (no config.json). Fix: an export folder.")
     extra = []
-    if spec_type_of(str(folder)) == "draft-eagle3":
-        extra = ["--target-model-dir", str(eagle3_target_dir(folder, cache_dir))]
+    if spec_type_of(str(folder)) != STANDALONE.llamacpp_spec:  # a feature draft converts with its target's sizes
+        extra = ["--target-model-dir", str(verifier_dir(folder, cache_dir))]
     root = llamacpp_dir(cache_dir)
     converter = root / "convert_hf_to_gguf.py"
     if not converter.is_file():
@@ -228,13 +229,13 @@ class LlamaCppEngine:
     name, key = "llama.cpp", "llamacpp"
 
     def settings(self, cfg) -> list:
-        from decode.drafts.kinds import feature_kind_of
+        from decode.drafts.kinds import serving_kind_of
         from eval.engines import Setting, fixed_gammas
 
         out = [Setting(self.name, "plain")]
         if "speculative" in cfg.llamacpp:
             out += [Setting(self.name, "draft", str(d), g) for d in cfg.drafts
-                    if feature_kind_of(d) in (None, "eagle3") for g in fixed_gammas(cfg)]
+                    if serving_kind_of(d).llamacpp_spec for g in fixed_gammas(cfg)]
         if "ngram" in cfg.llamacpp:
             out.append(Setting(self.name, "ngram"))
         return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from decode.proposers.registry import PROPOSERS
 from eval.checks import ROUTER
 from eval.records import is_ours
 from eval.report import write_report
@@ -80,9 +81,10 @@ def mark_choice(records: list[dict], arm: list) -> list[dict]:
 
 def policy_settings(cfg: DictConfig, kind: str):
     """The config section a policy of this kind runs with (None for plain chains), for the export's record."""
-    section = {"tree": "tree", "dynamic_tree": "tree", ROUTER: "router", "lookup": "lookup",
-               "lookup+draft": "lookup"}.get(kind)
-    if kind == "predicted":
+    if kind not in PROPOSERS:  # none: the target alone
+        return None
+    section = PROPOSERS[kind].section  # decode/proposers/registry.py
+    if PROPOSERS[kind].gamma == "ceiling":
         return {"max_auto_gamma": cfg.max_auto_gamma}
     return OmegaConf.to_container(cfg[section]) if section else None
 

@@ -33,16 +33,17 @@ from omegaconf import DictConfig, OmegaConf
 from data.prompts import encode_prompt, load_prompts
 from decode.core.costs import decoding_context, measure_costs
 from decode.core.metrics import best_gamma
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.core.speculative import NoProposer, SamplingParams, generate
 from decode.drafts.feature_drafts import is_feature_draft
 from decode.drafts.quantize import weights_label
 from decode.kernels.compiled import compile_mode, compiled_decoding, run_length
 from decode.kernels.fast_linear import fast_cpu_linears
 from decode.kernels.runtime import setup_cpu
 from decode.proposers.feature_decoding import draft_proposer
-from decode.proposers.router import with_auto_off
+from decode.proposers.registry import PROPOSERS
+from decode.proposers.router import router_step_s, with_auto_off
 from eval.arms import (auto_tree, choose_auto, choose_tree, draft_settings, hf_arms, make_proposer, predicted_stop,
-                       proposer_arms, router_step_s, tree_depths, tree_size, tune_set)
+                       proposer_arms, tree_depths, tree_size, tune_set)
 from eval.card import best_by_domain, write_card, write_policy
 from eval.checks import LOOKUP, ROUTER, check_eval_config, thresholds_of
 from eval.engines import asked as asked_engines, plain_of, served_arms
@@ -84,10 +85,11 @@ def speculative_setting(cfg: DictConfig, m: Models, arm: tuple, domain: str, par
         state["tune"] = tune_set(cfg, m.tokenizer, m.target, domain, m.eos, state["tune"],
                                  greedy=params.temperature == 0 and not is_feature_draft(draft))
         gamma, threshold, label, predicted = choose_auto(cfg, m.target, draft, state["tune"], params, m.eos, costs)
-    if kind == "predicted":  # the stop rule's calibration is fitted on the tune prompts only
+    if PROPOSERS[kind].tuned:  # predicted gamma: its stop rule's calibration is fitted on the tune prompts only
         state["tune"] = tune_set(cfg, m.tokenizer, m.target, domain, m.eos, state["tune"])
-        proposer = DraftModelProposer(draft, stop_rule=predicted_stop(draft, state["tune"], costs))
-        label = f"predicted≤{gamma}"
+        proposer = make_proposer(kind, draft, threshold, m.target, cfg,
+                                 stop_rule=predicted_stop(draft, state["tune"], costs))
+        label = f"{kind}≤{gamma}"
     else:
         if kind == "tree" and auto_tree(cfg):  # one shape per draft and domain, from greedy paths
             say("tree shape on tune prompts")
@@ -101,7 +103,7 @@ def speculative_setting(cfg: DictConfig, m: Models, arm: tuple, domain: str, par
                                  shape and shape["branching"])
     if cfg.get("auto_off") and kind != ROUTER:  # the router has its own
         proposer = with_auto_off(proposer, kind if name is None else name,
-                                 0.0 if kind == "lookup" else costs["draft_step_s"], gamma, costs["target_pass_s"],
+                                 0.0 if PROPOSERS[kind].drafts_with == "none" else costs["draft_step_s"], gamma, costs["target_pass_s"],
                                  tree_size(cfg, kind), probe_every=int(cfg.router.probe_every),
                                  max_probe_every=int(cfg.router.max_probe_every),
                                  timing_window=int(cfg.router.timing_window))
@@ -116,7 +118,7 @@ def our_record(cfg: DictConfig, m: Models, setting: tuple, domain: str, temperat
     if kind == ROUTER:
         costs = {**costs, "router_step_s": router_step_s(m.drafts, conditions["costs"])}
     wrapped = bool(cfg.get("auto_off")) and kind != ROUTER
-    rec = make_record(name or (ROUTER if kind == ROUTER else LOOKUP), domain, gamma, label, temperature, n_prompts,
+    rec = make_record(name or (LOOKUP if kind == "lookup" else kind), domain, gamma, label, temperature, n_prompts,
                       run, base, costs, threshold, float(cfg.ci_level), kind, wrapped)
     rec["auto_off"] = wrapped or kind == ROUTER
     rec["split"] = cfg.split if not cfg.prompts_file else f"{cfg.split} ({cfg.prompts_file})"

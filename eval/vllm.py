@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.owned import INFO
+from decode.drafts.kinds import serving_kind_of
 from eval.server_process import free_port, wait_until_healthy
 
 VERSION = "0.32.0"  # requirements-vllm.txt
@@ -55,25 +55,19 @@ def vllm_bin(cache_dir=None) -> Path:
 
 
 def draft_kind(folder) -> str:
-    """standalone (a causal LM folder), eagle3, eagle or medusa: what draftsmith.json says the export is."""
-    try:
-        info = json.loads((Path(str(folder)) / INFO).read_text())
-    except (OSError, ValueError):
-        return "standalone"
-    return str(info.get("draft_kind") or "standalone")
+    """What draftsmith.json says the export is: a feature-draft kind, or standalone (a causal LM folder)."""
+    return serving_kind_of(folder).name
 
 
 def speculative_config(method: str, draft=None, tokens: int = 3, lookup=(2, 4)) -> dict | None:
     """vLLM's --speculative-config for a method: plain (None), ngram (prompt lookup of `lookup` n-gram sizes), or
-    a draft served the way its kind needs: draft_model for standalone exports, eagle3 / eagle / medusa for ours."""
+    a draft served the way its kind needs (decode/drafts/kinds.py `vllm_method`: draft_model for standalone ones)."""
     if method == "plain":
         return None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": lookup[0],
                 "prompt_lookup_max": lookup[1]}
-    kind = draft_kind(draft)
-    served = {"standalone": "draft_model", "eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}[kind]
-    return {"method": served, "model": str(draft), "num_speculative_tokens": tokens}
+    return {"method": serving_kind_of(draft).vllm_method, "model": str(draft), "num_speculative_tokens": tokens}
 
 
 @dataclass

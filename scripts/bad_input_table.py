@@ -182,7 +182,7 @@ CASES = [
          "spec_eval.enabled=false", "teacher_top_k=0"], "teacher_top_k must be >= 1"),
     Case("bench_decoder: gamma zero", "scripts/bench_decoder.py", ["draft={draft}", "gamma=0"], "gamma must be >= 1"),
     Case("GGUF export of a Medusa draft", "scripts/export_gguf.py", ["export={tmp}/medusa"],
-         "llama.cpp drafts with standalone models and EAGLE-3 heads only",
+         "llama.cpp drafts with standalone models and",
          {"medusa/config.json": "{}", "medusa/draftsmith.json": '{"draft_kind": "medusa"}',
           "medusa/model.safetensors": safetensors_bytes()}),
     Case("GGUF export: unknown type", "scripts/export_gguf.py", ["export={draft}", "type=q2"],

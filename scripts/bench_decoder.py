@@ -36,15 +36,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from eval.preflight import usage_errors
-from decode.kernels.compiled import CompiledDecoding, run_length
-from decode.drafts.draft_vocab import restrict_vocab
-from decode.kernels.fast_linear import fast_cpu_linears, plan_for
-from decode.drafts.quantize import quantize_draft
 from decode.core.metrics import acceptance
-from decode.models.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
-from decode.proposers.ngram import PromptLookupProposer
-from decode.core.speculative import DraftModelProposer, NoProposer, generate
+from decode.core.speculative import NoProposer, generate
+from decode.drafts.draft_vocab import restrict_vocab
+from decode.drafts.quantize import quantize_draft
+from decode.kernels.compiled import CompiledDecoding, run_length
+from decode.kernels.fast_linear import fast_cpu_linears, plan_for
 from decode.kernels.runtime import setup_cpu
+from decode.models.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
+from decode.proposers.draft_model import DraftModelProposer
+from decode.proposers.ngram import PromptLookupProposer
 from eval.hf_arms import constant_gamma, hf_generate
 from data.prompts import encode_prompt, load_prompts
 

@@ -44,7 +44,7 @@ def settings(cfg: DictConfig) -> list[dict]:
     """Every server to start: plain first, then each draft at each draft length, then n-gram drafting."""
     out = [{"name": "llama.cpp plain", "draft": None, "draft_max": 0, "spec_type": None}]
     for draft in cfg.drafts:
-        spec_type = spec_type_of(str(draft))  # draft-simple, or draft-eagle3 for an EAGLE-3 export
+        spec_type = spec_type_of(str(draft))  # draft-simple, or a feature kind's own (decode/drafts/kinds.py)
         out += [{"name": f"{draft} (γ={g})", "draft": str(draft), "draft_max": int(g), "spec_type": spec_type}
                 for g in cfg.draft_max]
     if cfg.ngram:

@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 
 from conftest import CONF, make_model
 from decode.core.metrics import acceptance
-from decode.core.speculative import DraftModelProposer, SamplingParams, generate_all
+from decode.core.speculative import SamplingParams, generate_all
+from decode.proposers.draft_model import DraftModelProposer
 from eval.acceptance import (continuations, cut_at_eos, evaluate, paired_difference, position_betas, ratio_and_stderr,
                              score)
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from conftest import make_model
+from decode.core.speculative import CachedLM, NoProposer, SamplingParams, generate
+from decode.drafts.quantize import quantize_draft
 from decode.kernels.compiled import compiled_decoding, run_length, static_decoding
 from decode.kernels.fast_linear import fast_cpu_linears
-from decode.drafts.quantize import quantize_draft
-from decode.core.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.proposers.draft_model import DraftModelProposer
 
 V = 300
 PROMPT = [7, 11, 13, 40, 90, 5, 17]

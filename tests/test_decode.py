@@ -9,7 +9,8 @@ from decode.core.metrics import (acceptance, best_gamma, expected_tokens_per_ste
 from hypothesis import given, settings, strategies as st
 
 from decode.core.sampling import accept_reject, acceptance_probability, greedy_accept, logits_to_probs
-from decode.core.speculative import CachedLM, DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
+from decode.core.speculative import CachedLM, NoProposer, SamplingParams, StepLog, generate
+from decode.proposers.draft_model import DraftModelProposer
 
 V = 300
 

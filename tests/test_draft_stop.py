@@ -9,7 +9,8 @@ import torch
 
 from conftest import first_two_tokens, make_model
 from decode.core.metrics import acceptance
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, draft_confidence, generate
+from decode.core.speculative import NoProposer, SamplingParams, draft_confidence, generate
+from decode.proposers.draft_model import DraftModelProposer
 from test_tree_sampling import BigramLM  # next-token law = table[last token]: known exactly
 
 V = 300

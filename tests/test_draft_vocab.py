@@ -6,11 +6,12 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import first_token_tv, make_model
-from decode.drafts.draft_vocab import SubsetHead, kept_ids, restrict_vocab
-from decode.kernels.fast_linear import fast_cpu_linears
-from decode.drafts.quantize import Int8Linear, quantize_draft
 from decode.core.sampling import logits_to_probs
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.core.speculative import NoProposer, SamplingParams, generate
+from decode.drafts.draft_vocab import SubsetHead, kept_ids, restrict_vocab
+from decode.drafts.quantize import Int8Linear, quantize_draft
+from decode.kernels.fast_linear import fast_cpu_linears
+from decode.proposers.draft_model import DraftModelProposer
 
 V = 96
 

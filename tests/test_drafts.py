@@ -53,7 +53,7 @@ def test_fresh_draft_has_target_vocab_and_smaller_shape(tokenizer):
 
 def test_unknown_kind_and_missing_pretrained_path(tokenizer):
     target = make_model(len(tokenizer))
-    with pytest.raises(ValueError, match="truncated, fresh, pretrained, medusa, eagle or eagle3"):
+    with pytest.raises(ValueError, match="truncated, fresh, pretrained or one of medusa, eagle, eagle3"):
         build_draft(target, "magic")
     with pytest.raises(ValueError, match="name_or_path"):
         build_draft(target, "pretrained")

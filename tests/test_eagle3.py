@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import make_model
-from decode.drafts.eagle3 import Eagle3Draft, default_aux_layers, layer_inputs
+from decode.drafts.eagle3 import Eagle3Draft
+from decode.drafts.features import default_aux_layers, layer_inputs
 from decode.proposers.eagle_tree import EagleTreeProposer
 from decode.proposers.feature_decoding import EagleProposer, draft_proposer
 from decode.drafts.feature_export import draft_head_state, load_feature_draft, write_feature_weights
@@ -107,6 +108,7 @@ def test_sampling_returns_the_drafting_distribution(target):
 
 
 def test_cached_layer_inputs_give_the_live_targets_loss_and_a_step_trains_only_the_draft(target):
+    from train.losses import LossSettings
     from train.module import DistillModule
     from train.teacher_cache import AUX_FEATURES, FEATURES, features_of_target
 
@@ -116,9 +118,9 @@ def test_cached_layer_inputs_give_the_live_targets_loss_and_a_step_trains_only_t
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     cached = features_of_target(target, ids, draft.aux_layers)
     assert cached[AUX_FEATURES].shape == (2, 12, 32 * len(draft.aux_layers)) and cached[FEATURES].shape == (2, 12, 32)
-    feature = {"decay": 0.8, "steps": 2}
-    live = DistillModule(target, draft, loss="forward_kl", train_vocab=40, special_ids={0}, feature=feature)
-    alone = DistillModule(None, draft, loss="forward_kl", train_vocab=40, special_ids={0}, feature=feature)
+    loss = LossSettings("forward_kl", decay=0.8, steps=2)
+    live = DistillModule(target, draft, loss=loss, train_vocab=40, special_ids={0})
+    alone = DistillModule(None, draft, loss=loss, train_vocab=40, special_ids={0})
     want = live._distill(batch, metrics=False)
     got = alone._distill({**batch, **cached}, metrics=False)
     assert torch.allclose(got["loss"], want["loss"], rtol=2e-3, atol=1e-4)  # float16 storage
@@ -259,7 +261,7 @@ def test_a_qwen2_layer_is_exported_as_the_llama_layer_that_computes_the_same(tmp
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
-    from decode.drafts.feature_export import as_llama_layer, serving_state
+    from decode.drafts.eagle3 import as_llama_layer
 
     qwen = tiny_qwen2()
     llama_config = LlamaConfig(**as_llama_layer(qwen.config.to_dict()))
@@ -280,7 +282,7 @@ def test_a_qwen2_layer_is_exported_as_the_llama_layer_that_computes_the_same(tmp
     assert torch.allclose(same[0], same[1], atol=1e-6)
 
     draft = trained_like(Eagle3Draft.from_target(qwen, aux_layers=[0, 2]))
-    assert not serving_state(draft)["layers.0.self_attn.o_proj.bias"].any()
+    assert not draft.serving_state()["layers.0.self_attn.o_proj.bias"].any()
     write_feature_weights(draft, tmp_path, "my/qwen", ["Qwen2ForCausalLM"], gamma=2)
     (tmp_path / "draftsmith.json").write_text(json.dumps({"draft_kind": "eagle3", "draft_config": draft.config_dict()}))
     assert json.loads((tmp_path / "config.json").read_text())["transformer_layer_config"]["model_type"] == "llama"

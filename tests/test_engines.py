@@ -125,3 +125,45 @@ def test_a_new_engine_is_one_module_and_one_registry_line(tmp_path, tiny_target_
                                 "+echo=[plain]"))
     echo = [r for r in records if r["engine"] == "echo"]
     assert len(echo) == 1 and echo[0]["proposer"] == "echo plain" and echo[0]["speedup"] == 1.0
+
+
+REPEAT_PROPOSER = '''
+"""A proposer for the test: drafts the last token again, gamma times (no draft model)."""
+import torch
+
+
+class RepeatProposer:
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def start(self, prompt):
+        pass
+
+    def propose(self, tokens, gamma, params, generator):
+        drafted = [tokens[-1]] * gamma
+        return drafted, torch.nn.functional.one_hot(torch.tensor(drafted, dtype=torch.long), self.vocab_size).float()
+
+    def rollback(self, keep):
+        pass
+
+
+def build(request):
+    return RepeatProposer(request.target.get_output_embeddings().weight.shape[0])
+'''
+
+
+def test_a_new_proposer_is_one_module_and_one_registry_line(tmp_path, tiny_target_dir, tiny_draft_dir, monkeypatch):
+    from test_eval import eval_cfg
+
+    from decode.proposers.registry import PROPOSERS, ProposerKind
+    from eval.speculate import evaluate
+
+    (tmp_path / "repeat_proposer.py").write_text(textwrap.dedent(REPEAT_PROPOSER))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(PROPOSERS, "repeat", ProposerKind("repeat", "repeat_proposer:build", "the last token again",
+                                                          drafts_with="none", gamma="fixed"))
+    records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
+                                "proposers=[draft,repeat]"))
+    repeat = [r for r in records if r["proposer"] == "repeat"]
+    assert len(repeat) == 1 and repeat[0]["draft"] == "repeat" and repeat[0]["greedy_identical"]
+    assert repeat[0]["mean_drafted"] > 0  # it drafted through the one loop, which checked it against the target

@@ -9,7 +9,8 @@ from torch import nn
 from conftest import make_model
 from decode.kernels.fast_linear import (FastLinear, can_prepack, fast_cpu_linears, plan_for, prepack, prepacked_linear,
                                 rows_first_linear)
-from decode.core.speculative import DraftModelProposer, NoProposer, generate
+from decode.core.speculative import NoProposer, generate
+from decode.proposers.draft_model import DraftModelProposer
 
 V = 300
 

@@ -313,6 +313,7 @@ def test_feature_drafts_refuse_what_they_cannot_do(tmp_path, tiny_target_dir, te
 
 @pytest.mark.parametrize("kind", ["eagle", pytest.param("medusa", marks=pytest.mark.integration)])  # one code path
 def test_cached_features_give_the_live_targets_loss_without_the_target(target, kind):
+    from train.losses import LossSettings
     from train.module import DistillModule
     from train.teacher_cache import FEATURES, features_of_target
 
@@ -323,10 +324,9 @@ def test_cached_features_give_the_live_targets_loss_without_the_target(target, k
     cached = features_of_target(target, ids)[FEATURES]
     assert cached.dtype == torch.float16 and cached.shape == (2, 12, 32)
     for train_vocab in (None, 40):
-        live = DistillModule(target, draft, loss="jsd", train_vocab=train_vocab, special_ids={0},
-                             feature={"decay": 0.8, "steps": 2})
-        alone = DistillModule(None, draft, loss="jsd", train_vocab=train_vocab, special_ids={0},
-                              feature={"decay": 0.8, "steps": 2})  # teacher=cache: no target at all
+        loss = LossSettings("jsd", decay=0.8, steps=2)
+        live = DistillModule(target, draft, loss=loss, train_vocab=train_vocab, special_ids={0})
+        alone = DistillModule(None, draft, loss=loss, train_vocab=train_vocab, special_ids={0})  # no target at all
         for metrics in (False, True):
             want = live._distill(batch, metrics=metrics)
             exact = alone._distill({**batch, FEATURES: final_hidden(target, ids)}, metrics=metrics)
@@ -362,12 +362,13 @@ def test_a_feature_cache_is_built_once_and_trained_from(tmp_path, tiny_target_di
 
 @pytest.mark.parametrize("kind,train_vocab", [("medusa", None), ("eagle", 40)])
 def test_a_training_step_moves_only_the_draft_and_lowers_its_loss(target, kind, train_vocab):
-    from train.module import DistillModule
+    from train.losses import LossSettings
+    from train.module import DistillModule, OptimSettings
 
     target.zero_grad(set_to_none=True)  # the module-scoped target: earlier tests may have left gradients on it
     draft = (MedusaHeads.from_target(target, 2) if kind == "medusa" else EagleDraft.from_target(target)).train()
-    module = DistillModule(target, draft, loss="forward_kl", lr=1e-2, train_vocab=train_vocab, special_ids={0},
-                           feature={"decay": 0.8, "steps": 2})
+    module = DistillModule(target, draft, loss=LossSettings("forward_kl", decay=0.8, steps=2),
+                           optim=OptimSettings(lr=1e-2), train_vocab=train_vocab, special_ids={0})
     ids = torch.randint(3, VOCAB, (2, 16))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     optimizer = torch.optim.Adam([p for p in draft.parameters() if p.requires_grad], lr=1e-2)

@@ -193,7 +193,7 @@ def test_gguf_export_of_a_standalone_and_of_an_eagle3_draft_and_what_llamacpp_ca
             (folder / "draftsmith.json").write_text(json.dumps({"draft_kind": kind}))
     assert spec_type_of("x.gguf") == "draft-simple" and spec_type_of(str(plain)) == "draft-simple"
     assert spec_type_of(str(eagle3)) == "draft-eagle3"
-    with pytest.raises(UsageError, match="standalone models and EAGLE-3"):
+    with pytest.raises(UsageError, match="standalone models and eagle3 drafts only"):
         spec_type_of(str(medusa))
     out = export_gguf(plain, kind="f16")
     assert out == plain / "draft-f16.gguf" and out.read_bytes() == b"GGUF"

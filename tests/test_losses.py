@@ -278,3 +278,20 @@ def test_every_divergence_trains_the_draft_toward_the_target(name):
         get_loss(name)(s, t).mean().backward()
         opt.step()
     assert expected_accept(s.detach(), t).mean() > before + 0.3
+
+
+def test_the_config_checks_know_every_loss_and_its_parameters():
+    """train/checks.py checks loss settings without torch: its table names exactly the losses train/losses.py has,
+    and each parameter it allows is one the loss takes."""
+    import inspect
+
+    from train.checks import LOSS_PARAMS
+    from train.losses import CROSS_ENTROPY, LOSSES, LossSettings
+
+    assert set(LOSS_PARAMS) == set(LOSSES) | {CROSS_ENTROPY}
+    for name, params in LOSS_PARAMS.items():
+        if name != CROSS_ENTROPY:
+            assert set(params) <= set(inspect.signature(LOSSES[name]).parameters), name
+    settings = LossSettings.from_config({"name": "jsd", "params": {"beta": 0.3}}, {"unroll_steps": 3})
+    assert (settings.params, settings.steps, settings.mixed_ce_weight) == ({"beta": 0.3}, 3, 0.0)
+    assert LossSettings(CROSS_ENTROPY).mixed_ce_weight == 1.0

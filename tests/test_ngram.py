@@ -7,8 +7,9 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import first_two_tokens, make_model
 from decode.core.metrics import replayed_speedup
+from decode.core.speculative import NoProposer, SamplingParams, StepLog, generate
+from decode.proposers.draft_model import DraftModelProposer
 from decode.proposers.ngram import LookupThenDraftProposer, PromptLookupProposer, ngram_continuation, one_hot_rows
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, StepLog, generate
 from test_draft_stop import BigramLM
 
 V = 300

@@ -5,8 +5,9 @@ import random
 import pytest
 
 from conftest import make_model
+from decode.core.speculative import NoProposer, generate
+from decode.proposers.draft_model import DraftModelProposer
 from decode.proposers.predict_gamma import Calibration, SurvivalStop, fit_calibration, pool_adjacent_violators
-from decode.core.speculative import DraftModelProposer, NoProposer, generate
 
 
 @pytest.mark.parametrize("seed", range(10))

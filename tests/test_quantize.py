@@ -8,8 +8,9 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 
 from conftest import make_model
+from decode.core.speculative import NoProposer, SamplingParams, generate
 from decode.drafts.quantize import Int4Linear, Int8Linear, plan_quant, quantize_draft, quantize_groups, quantize_rows
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
+from decode.proposers.draft_model import DraftModelProposer
 
 V = 300
 

@@ -6,7 +6,8 @@ import torch
 from conftest import make_model
 from decode.core.metrics import replayed_speedup
 from decode.core.replay import best_rule, draft_positions, replay_steps
-from decode.core.speculative import DraftModelProposer, NoProposer, generate
+from decode.core.speculative import NoProposer, generate
+from decode.proposers.draft_model import DraftModelProposer
 
 V = 300
 

@@ -7,9 +7,10 @@ import torch
 
 from conftest import first_two_tokens, make_model
 from decode.core.metrics import hardware_speedup
+from decode.core.speculative import NoProposer, SamplingParams, generate
+from decode.proposers.draft_model import DraftModelProposer
 from decode.proposers.ngram import PromptLookupProposer
 from decode.proposers.router import Option, RouterProposer, step_rate, with_auto_off
-from decode.core.speculative import DraftModelProposer, NoProposer, SamplingParams, generate
 from decode.proposers.tree import TreeProposer
 
 V = 64

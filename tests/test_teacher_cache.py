@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import CONF, REPO
 from test_train import tiny_cfg
-from train import teacher_cache
+from train import sparse_kl, teacher_cache
 from train.distill import train
 from train.losses import expected_accept, forward_kl
 
@@ -28,11 +28,11 @@ def test_sparse_kl_is_a_lower_bound_of_the_full_kl_and_exact_when_nothing_is_dro
     s, t = torch.randn(n, v, generator=g) * 3, torch.randn(n, v, generator=g) * 3
     k = min(k, v)
     ids, logp, tail = _cached(t, k)
-    sparse = teacher_cache.sparse_forward_kl(s, ids, logp, tail)
+    sparse = sparse_kl.sparse_forward_kl(s, ids, logp, tail)
     full = forward_kl(s, t)
     slack = 1e-2 + 2e-3 * full  # log-probs are stored in float16
     assert torch.all(sparse >= -slack) and torch.all(sparse <= full + slack)  # merging outcomes never raises KL
-    accept = teacher_cache.sparse_metrics(s, ids, logp, tail)
+    accept = sparse_kl.sparse_metrics(s, ids, logp, tail)
     assert torch.all(accept["expected_accept"] >= expected_accept(s, t) - 1e-2)  # an upper bound
     assert torch.equal(accept["top1_agree"], (s.argmax(-1) == t.argmax(-1)).float())
     if k == v:
@@ -60,7 +60,7 @@ def test_sparse_kl_gradient_equals_autograd_on_the_definition(n, v, k, seed, sca
     ids, logp, tail = _cached(t, min(k, v))
     weights = torch.rand(n, generator=g)
     s1, s2 = s.clone().requires_grad_(True), s.clone().requires_grad_(True)
-    loss = teacher_cache.sparse_forward_kl(s1, ids, logp, tail)
+    loss = sparse_kl.sparse_forward_kl(s1, ids, logp, tail)
     (loss * weights).sum().backward()
     ref = _sparse_kl_by_autograd(s2, ids, logp, tail)
     (ref * weights).sum().backward()
@@ -71,7 +71,7 @@ def test_sparse_kl_gradient_equals_autograd_on_the_definition(n, v, k, seed, sca
 def test_sparse_kl_is_finite_when_the_draft_leaves_no_mass_outside_the_top_k():
     s = torch.tensor([[50.0, 0.0, -200.0, -200.0]], requires_grad=True)  # draft's tail mass underflows to 0
     ids, logp, tail = _cached(torch.tensor([[2.0, 1.0, 0.0, -1.0]]), 2)
-    loss = teacher_cache.sparse_forward_kl(s, ids, logp, tail)
+    loss = sparse_kl.sparse_forward_kl(s, ids, logp, tail)
     loss.sum().backward()
     assert loss.isfinite().all() and s.grad.isfinite().all()
 

@@ -6,7 +6,8 @@ import torch
 
 import eval.timing as timing
 from conftest import make_model
-from decode.core.speculative import DraftModelProposer, Generation, NoProposer, SamplingParams, generate_all
+from decode.core.speculative import Generation, NoProposer, SamplingParams, generate_all
+from decode.proposers.draft_model import DraftModelProposer
 
 
 def test_arms_take_turns_in_a_rotating_order_and_times_are_per_prompt_medians(monkeypatch):

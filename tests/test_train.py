@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from conftest import CONF, make_model
 from train.distill import train
 from train.export import draft_from_checkpoint, export_checkpoint, read_checkpoint
+from train.losses import LossSettings
 from train.module import DistillModule, loss_mask, warmup_cosine
 
 
@@ -210,7 +211,7 @@ def test_every_loss_config_trains_end_to_end(tmp_path, tiny_target_dir, text_fil
 def test_cross_entropy_baseline_never_runs_the_target_in_training(tokenizer):
     V = len(tokenizer)
     target, draft = make_model(V, seed=1), make_model(V, seed=2)
-    module = DistillModule(target, draft, loss="cross_entropy")
+    module = DistillModule(target, draft, loss=LossSettings("cross_entropy"))
     calls = []
     target.get_decoder().register_forward_hook(lambda *a: calls.append(1))
     ids = torch.randint(0, V, (2, 12))

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from conftest import make_model
 from decode.drafts.draft_vocab import kept_ids
+from train.losses import LossSettings
 from train.module import DistillModule
 from train.train_vocab import kept_head, remap
 
@@ -37,7 +38,8 @@ def test_a_kept_vocabulary_step_is_the_loss_over_kept_ids_at_kept_positions(toke
     target, draft = make_model(vocab, layers=2, seed=1, init=0.3), make_model(vocab, layers=1, seed=2, init=0.3)
     draft.get_output_embeddings().requires_grad_(False)
     draft.get_input_embeddings().requires_grad_(False)
-    module = DistillModule(target, draft, loss="forward_kl", ce_weight=ce_weight, train_vocab=40, special_ids=[1, 2])
+    module = DistillModule(target, draft, loss=LossSettings("forward_kl", ce_weight=ce_weight), train_vocab=40,
+                           special_ids=[1, 2])
     torch.manual_seed(0)
     ids = torch.randint(0, vocab, (2, 12))
     labels = ids.clone()

@@ -51,7 +51,8 @@ from train.checks import check_config, check_inputs
 from train.stores import generated_stores
 from train.lora import add_lora, lora_settings
 from train.scaling import is_fsdp, trainer_kwargs
-from train.module import DistillModule
+from train.losses import LossSettings
+from train.module import DistillModule, OptimSettings
 from train.progress import StepLines, progress_bar
 
 log = logging.getLogger("draftsmith")
@@ -311,16 +312,12 @@ def run_meta(cfg: DictConfig, tokenizer, target, run_name: str, ranking, ranked_
 def build_module(cfg: DictConfig, tokenizer, target, draft, meta: dict, ranking) -> DistillModule:
     """The Lightning module; teacher=cache: the target only built the draft and named the cache, training runs
     without it."""
-    return DistillModule(target if cfg.teacher == "live" else None, draft, loss=cfg.loss.name,
-                         temperature=cfg.loss.temperature, chunk_size=cfg.loss.chunk_size,
-                         ce_weight=cfg.loss.ce_weight, loss_params=OmegaConf.to_container(cfg.loss.params),
-                         lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
-                         warmup_steps=cfg.optim.warmup_steps, min_lr_ratio=cfg.optim.min_lr_ratio, meta=meta,
+    return DistillModule(target if cfg.teacher == "live" else None, draft,
+                         loss=LossSettings.from_config(cfg.loss, cfg.model.draft),
+                         optim=OptimSettings.from_config(cfg.optim), meta=meta,
                          onpolicy=OmegaConf.to_container(cfg.onpolicy),
                          train_vocab=cfg.model.draft.get("train_vocab"), train_vocab_ranking=ranking,
-                         special_ids=special_token_ids(tokenizer, target),
-                         feature={"decay": cfg.model.draft.get("loss_decay", 0.8),
-                                  "steps": cfg.model.draft.get("unroll_steps", 1)})
+                         special_ids=special_token_ids(tokenizer, target))
 
 
 def build_trainer(cfg: DictConfig, output_dir: Path, resume: str | None, run_name: str, tags: list,

@@ -14,9 +14,7 @@ import re
 import torch
 from transformers import AutoModelForCausalLM
 
-from decode.drafts.eagle3 import Eagle3Draft
-from decode.drafts.feature_drafts import EagleDraft, MedusaHeads
-from decode.drafts.kinds import FEATURE_KINDS
+from decode.drafts.kinds import KINDS, model_class
 from decode.models.loading import DTYPES, load_causal_lm
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
@@ -80,21 +78,16 @@ def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings:
                 name_or_path: str | None = None, train_embeddings: bool = True, dtype: str = "float32",
                 cache_dir=None, seed: int = 0, source: str | None = None, num_heads: int = 3, num_layers: int = 1,
                 init_layer: int | None = -1, aux_layers: list[int] | None = None):
-    """Dispatch on `kind` (truncated | fresh | pretrained | medusa | eagle | eagle3); optionally freeze the (tied)
-    embeddings.
+    """Dispatch on `kind` (truncated | fresh | pretrained | a feature-draft kind of decode/drafts/kinds.py);
+    optionally freeze the (tied) embeddings.
     kind=truncated cuts `source` (a folder, Hub id or embedded: name of a smaller model with the target's
-    vocabulary) when given, else the target itself. Feature drafts share the target's embeddings and head (frozen):
-    medusa has `num_heads` heads of `num_layers` residual blocks; eagle's layer starts as the target's `init_layer`;
-    eagle3 reads the inputs of the target's `aux_layers` (None: EAGLE-3's choice) and starts as the last of them
-    unless `init_layer` is None."""
-    if kind in FEATURE_KINDS:
+    vocabulary) when given, else the target itself. Feature drafts share the target's embeddings and head (frozen)
+    and read the options they have (Medusa: `num_heads` heads of `num_layers` residual blocks; the EAGLE family:
+    `init_layer`, `aux_layers`)."""
+    if kind in KINDS:  # a feature draft: its module builds it (decode/drafts/kinds.py)
         torch.manual_seed(seed)
-        if kind == "medusa":
-            draft = MedusaHeads.from_target(target, num_heads, num_layers)
-        elif kind == "eagle":
-            draft = EagleDraft.from_target(target, init_layer)
-        else:
-            draft = Eagle3Draft.from_target(target, list(aux_layers) if aux_layers is not None else None, init_layer)
+        draft = model_class(KINDS[kind]).build(target, num_heads=num_heads, num_layers=num_layers,
+                                               init_layer=init_layer, aux_layers=aux_layers)
         return draft.to(DTYPES[dtype]).train()
     if kind == "truncated":
         donor = load_causal_lm(source, dtype="float32", cache_dir=cache_dir) if source else target
@@ -107,7 +100,8 @@ def build_draft(target, kind: str, *, layers=None, config=None, copy_embeddings:
             raise ValueError("model.draft.kind=pretrained needs model.draft.name_or_path (a folder or Hub id).")
         draft = load_causal_lm(name_or_path, dtype=dtype, cache_dir=cache_dir)
     else:
-        raise ValueError(f"model.draft.kind must be truncated, fresh, pretrained, medusa, eagle or eagle3, got '{kind}'.")
+        raise ValueError(f"model.draft.kind must be truncated, fresh, pretrained or one of {', '.join(KINDS)}, "
+                         f"got '{kind}'.")
     draft.train()
     if not train_embeddings:
         draft.get_input_embeddings().requires_grad_(False)

@@ -17,7 +17,7 @@ from data.checks import UsageError
 from data.owned import INFO, check_replaceable
 from data.token_ranking import write_ranking
 from decode.drafts.feature_drafts import is_feature_draft
-from decode.drafts.kinds import FEATURE_KINDS
+from decode.drafts.kinds import FEATURE_KINDS, kind_of_draft
 from decode.drafts.feature_export import feature_draft_from_config
 from decode.drafts.feature_export import write_feature_weights
 from eval.card import write_card
@@ -108,7 +108,7 @@ def write_hf_folder(model, tokenizer_files: dict[str, bytes], out_dir: str | os.
     check_replaceable(out, "export folder", protected)
     tmp = temp_dir(out.parent, out.name)
     try:
-        if is_feature_draft(model):  # the serving layout (decode/drafts/feature_export.py); eagle3 stores its cut head
+        if is_feature_draft(model):  # the serving layout (decode/drafts/feature_export.py); some kinds store their cut head
             info = {**(info or {}), "draft_kind": model.draft_kind, "draft_config": model.config_dict()}
             write_feature_weights(model, tmp, str(info.get("target")), info.get("target_architectures") or (),
                                   dtype=dtype, head=head, kept=kept)
@@ -173,7 +173,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     meta = ckpt[_META]
     model = draft_from_checkpoint(ckpt)
     kept = None
-    if getattr(model, "draft_kind", None) == "eagle3":
+    if is_feature_draft(model) and kind_of_draft(model).stores_head:
         head = head.detach() if head is not None else _target_head(meta)
         kept = _export_kept_ids(head.shape[0], meta)
     else:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decode.drafts.eagle3 import layer_inputs
 from decode.drafts.feature_drafts import additive, unroll_allowed
+from decode.drafts.features import layer_inputs
+from decode.drafts.kinds import kind_of_draft
 from train.losses import chunked_distill, loss_mask, own_precision
 from train.teacher_cache import AUX_FEATURES, FEATURES
 from train.train_vocab import remap
@@ -89,10 +90,10 @@ def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, 
                                     use_cache=False)
             features = out.last_hidden_state
     labels = batch["labels"]
-    if draft.draft_kind == "medusa":
-        pairs = medusa_pairs(draft, features, labels)
-    else:
+    if kind_of_draft(draft).autoregressive:  # the EAGLE family: depths of its own outputs
         pairs = eagle_pairs(draft, features, labels, batch["input_ids"], steps, inputs=aux)
+    else:  # heads that all read one feature
+        pairs = medusa_pairs(draft, features, labels)
     head = full_head = draft.get_output_embeddings()  # the target's own head, which the draft shares
     if kept is not None and not metrics:
         ids, head = kept

@@ -8,6 +8,8 @@ the output heads chunk by chunk over the masked tokens so a 150k vocabulary neve
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import functools
 import math
 from typing import Callable
@@ -129,6 +131,32 @@ def skew_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
 
 LOSSES: dict[str, Callable[..., torch.Tensor]] = {"forward_kl": forward_kl, "reverse_kl": reverse_kl, "jsd": jsd,
                                                   "tvd": tvd, "skew_kl": skew_kl}
+@dataclass(frozen=True)
+class LossSettings:
+    """Everything a distillation loss is configured by (conf/loss/*.yaml; for feature drafts also how their heads or
+    depths weigh and how many depths training-time test unrolls: model.draft.loss_decay, unroll_steps)."""
+    name: str = "forward_kl"
+    temperature: float = 1.0
+    chunk_size: int = 1024
+    ce_weight: float = 0.0
+    params: dict = field(default_factory=dict)
+    decay: float = 0.8
+    steps: int = 1
+
+    @classmethod
+    def from_config(cls, loss, draft=None) -> "LossSettings":
+        """From cfg.loss (and cfg.model.draft for a feature draft's decay and depths)."""
+        draft = draft if draft is not None else {}
+        return cls(str(loss["name"]), float(loss.get("temperature", 1.0)), int(loss.get("chunk_size", 1024)),
+                   float(loss.get("ce_weight", 0.0)), dict(loss.get("params") or {}),
+                   float(draft.get("loss_decay", 0.8)), int(draft.get("unroll_steps", 1)))
+
+    @property
+    def mixed_ce_weight(self) -> float:
+        """The weight of next-token cross-entropy in the loss: the baseline is cross-entropy alone."""
+        return 1.0 if self.name == CROSS_ENTROPY else self.ce_weight
+
+
 CROSS_ENTROPY = "cross_entropy"  # the no-distillation baseline: next-token cross-entropy on the data (ce_weight = 1)
 
 
@@ -250,7 +278,7 @@ def chunked_sparse_distill(student_hidden: torch.Tensor, student_head: Callable,
     """`chunked_distill` against a teacher-logit cache (train/teacher_cache.py): sparse forward KL over the
     target's cached top-k + tail (T = 1), optionally mixed with cross-entropy. Metrics: "kl" (sparse),
     "top1_agree" (exact) and "expected_accept" (over the k + 1 outcomes: an upper bound)."""
-    from train.teacher_cache import sparse_forward_kl, sparse_metrics
+    from train.sparse_kl import sparse_forward_kl, sparse_metrics
 
     _check_chunking(chunk_size, ce_weight, next_tokens)
     keep = mask.bool()

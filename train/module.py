@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict, dataclass
 
 import lightning as L
 import torch
@@ -18,13 +19,29 @@ from train.onpolicy import draft_continuations, is_onpolicy_step
 from train.train_vocab import kept_head, remap
 from decode.drafts.feature_drafts import final_hidden as model_hidden, is_feature_draft
 from train.feature_loss import feature_distill
-from train.losses import CROSS_ENTROPY, chunked_distill, chunked_sparse_distill, get_loss, loss_mask, own_precision
+from train.losses import (LossSettings, chunked_distill, chunked_sparse_distill, get_loss, loss_mask,
+                          own_precision)
 
 
 
 def final_hidden(model, batch) -> torch.Tensor:
     """Last hidden states of a causal LM, without computing the full (batch, seq, vocab) logits."""
     return model_hidden(model, batch["input_ids"], batch["attention_mask"])
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """AdamW with linear warmup and cosine decay (conf/optim/adamw.yaml)."""
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple = (0.9, 0.95)
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+
+    @classmethod
+    def from_config(cls, optim) -> "OptimSettings":
+        return cls(float(optim["lr"]), float(optim["weight_decay"]), tuple(float(b) for b in optim["betas"]),
+                   int(optim["warmup_steps"]), float(optim["min_lr_ratio"]))
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -36,22 +53,21 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 
 
 class DistillModule(L.LightningModule):
-    def __init__(self, target, draft, *, loss: str = "forward_kl", temperature: float = 1.0, chunk_size: int = 1024,
-                 ce_weight: float = 0.0, loss_params: dict | None = None, onpolicy: dict | None = None,
-                 lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple = (0.9, 0.95), warmup_steps: int = 20,
-                 min_lr_ratio: float = 0.1, meta: dict | None = None, train_vocab: int | None = None,
-                 special_ids=(), feature: dict | None = None, train_vocab_ranking: list[int] | None = None):
+    def __init__(self, target, draft, *, loss: LossSettings | None = None, optim: OptimSettings | None = None,
+                 onpolicy: dict | None = None, meta: dict | None = None, train_vocab: int | None = None,
+                 special_ids=(), train_vocab_ranking: list[int] | None = None):
         super().__init__()
-        self.save_hyperparameters(ignore=["target", "draft", "meta", "special_ids", "train_vocab_ranking"])
+        self.loss, self.optim = loss or LossSettings(), optim or OptimSettings()
+        self.save_hyperparameters({"loss": asdict(self.loss), "optim": asdict(self.optim), "onpolicy": onpolicy,
+                                   "train_vocab": train_vocab})
         # target None: the teacher is a cache that comes with each batch (train/teacher_cache.py): the target's top-k
         # logits, or for feature drafts its features
         self.target = target.eval().requires_grad_(False) if target is not None else None
         self.draft = draft
-        self.loss_fn = get_loss(loss, **(loss_params or {}))
-        self.ce_weight = 1.0 if loss == CROSS_ENTROPY else ce_weight  # the baseline is cross-entropy alone
+        self.loss_fn = get_loss(self.loss.name, **self.loss.params)
+        self.ce_weight = self.loss.mixed_ce_weight
         self.meta = dict(meta or {})
         self.onpolicy = dict(onpolicy or {"fraction": 0.0})  # fraction, prompt_tokens, new_tokens, temperature
-        self.feature = dict(feature or {"decay": 0.8, "steps": 1})  # feature drafts: loss decay per head/depth, TTT depths
         self._last_step_time: float | None = None
         self._kept = None  # train_vocab: (kept ids, frozen head over them), train/train_vocab.py
         if train_vocab:
@@ -71,14 +87,14 @@ class DistillModule(L.LightningModule):
         `val/loss` is the same mixture so runs with one loss compare."""
         labels = batch["labels"]
         if is_feature_draft(self.draft):  # Medusa heads / EAGLE-style draft: train/feature_loss.py
-            return feature_distill(self.draft, self.target, batch, self.loss_fn, temperature=self.hparams.temperature,
-                                   chunk_size=self.hparams.chunk_size, ce_weight=self.ce_weight, metrics=metrics,
-                                   decay=float(self.feature["decay"]), steps=int(self.feature["steps"]),
+            return feature_distill(self.draft, self.target, batch, self.loss_fn, temperature=self.loss.temperature,
+                                   chunk_size=self.loss.chunk_size, ce_weight=self.ce_weight, metrics=metrics,
+                                   decay=self.loss.decay, steps=self.loss.steps,
                                    kept=self._kept_head() if self._kept is not None else None)
         if self.target is None:  # cached teacher: sparse forward KL against the target's stored top-k
             return chunked_sparse_distill(final_hidden(self.draft, batch), self.draft.get_output_embeddings(),
                                           loss_mask(labels), batch["teacher_ids"], batch["teacher_logp"],
-                                          batch["teacher_tail"], self.hparams.chunk_size, metrics=metrics,
+                                          batch["teacher_tail"], self.loss.chunk_size, metrics=metrics,
                                           next_tokens=torch.roll(labels, -1, dims=1), ce_weight=self.ce_weight)
         next_tokens, mask = torch.roll(labels, -1, dims=1), loss_mask(labels)
         draft_head, target_head = self.draft.get_output_embeddings(), self.target.get_output_embeddings()
@@ -95,7 +111,7 @@ class DistillModule(L.LightningModule):
             with torch.no_grad(), own_precision(batch["input_ids"]):  # the teacher ignores bf16-mixed autocast
                 teacher = final_hidden(self.target, batch)
         return chunked_distill(final_hidden(self.draft, batch), teacher, draft_head, target_head, mask, self.loss_fn,
-                               self.hparams.temperature, self.hparams.chunk_size, metrics=metrics,
+                               self.loss.temperature, self.loss.chunk_size, metrics=metrics,
                                next_tokens=next_tokens, ce_weight=self.ce_weight)
 
     def _kept_head(self):
@@ -142,7 +158,7 @@ class DistillModule(L.LightningModule):
                 (decay if param.ndim >= 2 else no_decay).append(param)
         if not decay and not no_decay:
             raise ValueError("The draft has no trainable parameter.")
-        hp = self.hparams
+        hp = self.optim
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}], lr=hp.lr, betas=tuple(hp.betas))
         total = int(self.trainer.estimated_stepping_batches)

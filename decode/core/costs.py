@@ -7,6 +7,7 @@ from transformers import DynamicCache
 
 from decode.core.speculative import CachedLM
 from decode.drafts.feature_drafts import crop_cache, is_feature_draft
+from decode.drafts.kinds import kind_of_draft
 from decode.kernels.timing import median_seconds, median_seconds_each
 
 
@@ -65,7 +66,7 @@ def step_timer(draft, context_len: int):
     dtype = next(draft.parameters()).dtype
     feature = torch.zeros(1, 1, draft.hidden_size, device=device, dtype=dtype)
     head = draft.get_output_embeddings()
-    if draft.draft_kind == "medusa":
+    if not kind_of_draft(draft).autoregressive:  # heads reading one feature
         def medusa_step():
             with torch.inference_mode():
                 head(draft.head_states(feature[0], 1)[0])

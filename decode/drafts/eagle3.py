@@ -9,8 +9,12 @@ wide; `input_layernorm` normalises the embedding, `hidden_norm` the vector, whic
 output, through `norm` and the target's LM head, guesses the token after. Drafting feeds that output back as the
 next slot's vector (in place of `fc`'s), as EAGLE-3's training-time test trains it to.
 
-Weights carry speculators' names (`fc`, `layers.0.*`, `norm`); the export adds the head over the draft vocabulary
-and its id maps (decode/drafts/feature_export.py).
+Its export is speculators' EAGLE-3 layout (`speculators_model_type: eagle3`, `eagle_aux_hidden_state_layer_ids`,
+`draft_vocab_size`): weights `fc`, `layers.0.*` (q/k/v 2H wide, `hidden_norm`), `norm`, and the head over the draft
+vocabulary: `lm_head` (the target's rows for the kept ids), `d2t` (draft id -> target id minus draft id) and `t2d`
+(which target ids the draft has), as speculators and vLLM read them (decode/drafts/feature_export.py
+`draft_head_state`); a head over every id has no d2t / t2d. The embeddings come from the verifier. A Qwen2 target's
+layer is written as a Llama layer with biases (`as_llama_layer`): the classes engines build from.
 
     draft = Eagle3Draft.from_target(target)                   # aux_layers=None: EAGLE-3's (2, N // 2, N - 3)
     hidden = draft.fuse(layer_inputs(target, ids, draft.aux_layers)[1])
@@ -18,51 +22,36 @@ and its id maps (decode/drafts/feature_export.py).
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
-from decode.drafts.feature_drafts import FeatureDraft, _Shared, causal_mask, layer_parts, one_layer_config
+from decode.drafts.feature_drafts import (FeatureDraft, _Shared, causal_mask, layer_config_dict, layer_parts,
+                                          one_layer_config, rebuilt_layer_config, speculators_config)
+from decode.drafts.features import default_aux_layers, layer_inputs  # noqa: F401  (layer_inputs: what it reads)
+
+# The keys of a Qwen2 layer's config that also describe it as a Llama layer (the rest: sliding-window settings, off in
+# every Qwen2.5 release, and bookkeeping).
+_LLAMA_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_parameters",
+               "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
+_ZERO_O_BIAS = "layers.0.self_attn.o_proj.bias"
 
 
-def default_aux_layers(num_layers: int) -> list[int]:
-    """EAGLE-3's choice of target layers (2, N // 2, N - 3), kept inside a small target's range, without repeats."""
-    picks = (min(2, num_layers - 1), num_layers // 2, max(num_layers - 3, 0))
-    return sorted(dict.fromkeys(picks))
+def as_llama_layer(layer: dict) -> dict:
+    """speculators builds an EAGLE-3 layer from Llama's or Qwen3's classes and vLLM from Llama's; a Qwen2 layer is a
+    Llama layer with q/k/v biases, so its config is written as a Llama one with `attention_bias: true` (which also
+    gives o_proj a bias: `serving_state` stores it as zeros, the same function). Other configs come back as they are."""
+    if layer.get("model_type") != "qwen2":
+        return layer
+    if layer.get("use_sliding_window"):
+        raise ValueError("This Qwen2 target uses sliding-window attention, which a Llama EAGLE-3 layer does not "
+                         "have: the export cannot describe its draft layer. Fix: a target with full attention.")
+    from transformers import LlamaConfig
 
-
-@contextlib.contextmanager
-def _capture_inputs(model, layers: list[int]):
-    """Records the hidden states entering each of `layers` (decoder layer indices) during the block."""
-    decoder_layers = model.get_decoder().layers
-    seen: dict[int, torch.Tensor] = {}
-    hooks = []
-    for i in layers:
-        hooks.append(decoder_layers[i].register_forward_pre_hook(
-            lambda _m, args, kwargs, i=i: seen.__setitem__(i, kwargs.get("hidden_states", args[0] if args else None)),
-            with_kwargs=True))
-    try:
-        yield seen
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-
-def layer_inputs(model, input_ids: torch.Tensor, layers: list[int] | None, **kwargs):
-    """One pass of `model`'s decoder: (its output, whose `last_hidden_state` holds the final hidden states (B, T, H);
-    what enters each of `layers`, concatenated (B, T, len(layers) * H), or None when `layers` is None). `kwargs` go
-    to the decoder (cache, attention_mask, position_ids...)."""
-    if layers is None:
-        return model.get_decoder()(input_ids=input_ids, **kwargs), None
-    n = len(model.get_decoder().layers)
-    bad = [i for i in layers if not 0 <= i < n]
-    if bad:
-        raise ValueError(f"aux_layers {bad} are not layers of this target (it has {n}). Fix: model.draft.aux_layers "
-                         f"with indices in [0, {n - 1}], or null for EAGLE-3's default.")
-    with _capture_inputs(model, layers) as seen:
-        out = model.get_decoder()(input_ids=input_ids, **kwargs)
-    return out, torch.cat([seen[i] for i in layers], dim=-1)
+    config = LlamaConfig(**{k: layer[k] for k in _LLAMA_KEYS if k in layer}, num_hidden_layers=1,
+                         attention_bias=True, mlp_bias=False, architectures=["LlamaForCausalLM"]).to_dict()
+    config.pop("_attn_implementation", None)
+    return config
 
 
 class Eagle3Draft(FeatureDraft):
@@ -88,6 +77,35 @@ class Eagle3Draft(FeatureDraft):
         self.norm = norm_cls(hidden, eps=eps)
         self.rotary_emb = rotary_cls(config=layer_config)
         self._shared = _Shared(None, None)
+
+    @classmethod
+    def build(cls, target, aux_layers=None, init_layer: int | None = -1, **_) -> "Eagle3Draft":
+        return cls.from_target(target, list(aux_layers) if aux_layers is not None else None, init_layer)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Eagle3Draft":
+        return cls(rebuilt_layer_config(config), config["aux_layers"])
+
+    def serving_config(self, target_name, target_architectures, gamma=3, draft_vocab_size=None) -> dict:
+        return {"architectures": ["Eagle3Speculator"], "speculators_model_type": self.draft_kind,
+                "transformer_layer_config": as_llama_layer(layer_config_dict(self)),
+                "draft_vocab_size": int(draft_vocab_size or self.vocab_size),
+                "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
+                "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(self.aux_layers),
+                "speculators_config": speculators_config(self.draft_kind, target_name, target_architectures, gamma)}
+
+    def serving_state(self) -> dict:
+        state = super().serving_state()
+        if self.layer_config.model_type == "qwen2":  # written as a Llama layer: o_proj's bias is zero
+            state[_ZERO_O_BIAS] = torch.zeros(self.hidden_size, dtype=state["fc.weight"].dtype)
+        return state
+
+    def state_from_serving(self, state, folder) -> dict:
+        if _ZERO_O_BIAS in state and _ZERO_O_BIAS not in self.state_dict():  # a Qwen2 layer written as a Llama one
+            if state[_ZERO_O_BIAS].any():
+                raise ValueError(f"{folder}: its layer's o_proj has a nonzero bias, which this draft's layer lacks.")
+            state = {k: v for k, v in state.items() if k != _ZERO_O_BIAS}
+        return state
 
     @classmethod
     def from_target(cls, target, aux_layers: list[int] | None = None, init_layer: int | None = -1) -> "Eagle3Draft":

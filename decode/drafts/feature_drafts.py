@@ -13,8 +13,16 @@ weights): they are attached at build or load time (`attach`), as serving engines
   `pre_lm_head_layernorm` and the LM head) guess token t+2. Drafting continues autoregressively by feeding its own
   output back as the next slot's feature.
 
-An EAGLE-3 draft (several target layers' inputs, speculators' eagle3 layout) is in decode/drafts/eagle3.py. Parameters and
-weight names follow vLLM's formats (decode/drafts/feature_export.py writes and reads them).
+Every kind is one FeatureDraft subclass, found through decode/drafts/kinds.py's registry: it builds itself (`build`,
+`from_config`) and describes its serving layout (`serving_config`, `serving_state`), which
+decode/drafts/feature_export.py writes and reads. Layouts:
+
+- Medusa: vLLM's (`model_type: medusa`, `num_heads`, `num_hidden_layers`, weights `blocks.{i}.layers.{j}.weight/bias`),
+  with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`); the heads share the
+  target's LM head (`original_lm_head: true`).
+- EAGLE-style: the `speculators` layout vLLM loads (HASS-style norms: `layernorms: true`, `transformer_layer_config` =
+  the target's config cut to one layer, `speculators_config` naming the verifier); weights `embedding_layernorm`,
+  `fusion_fc`, `transformer.*`, `pre_lm_head_layernorm`. Embeddings and LM head come from the verifier.
 
     draft = EagleDraft.from_target(target)        # or MedusaHeads.from_target(target, num_heads=3)
 """
@@ -22,22 +30,33 @@ weight names follow vLLM's formats (decode/drafts/feature_export.py writes and r
 from __future__ import annotations
 
 import copy
+import re
 
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
+from decode.drafts.features import final_hidden  # noqa: F401  (where callers have always found it)
 from decode.drafts.kinds import FEATURE_KINDS
-
 
 
 def is_feature_draft(model) -> bool:
     return getattr(model, "draft_kind", None) in FEATURE_KINDS
 
 
-def final_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The model's last hidden states after its final norm, (B, T, H), without computing any logits."""
-    return model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+def speculators_config(algorithm: str, target_name: str, target_architectures: list[str], gamma: int) -> dict:
+    """The `speculators_config` block of a speculators layout: greedy proposals of `gamma` tokens for that verifier."""
+    return {"algorithm": algorithm, "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": gamma, "verifier_accept_k": 1,
+                                  "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": target_name, "architectures": list(target_architectures)}}
+
+
+def layer_config_dict(draft) -> dict:
+    """The draft layer's transformers config as a plain dict (without the attention backend we run it with)."""
+    layer = draft.layer_config.to_dict()
+    layer.pop("_attn_implementation", None)
+    return layer
 
 
 class _Shared:
@@ -82,6 +101,34 @@ class FeatureDraft(nn.Module):
         """What rebuilds this draft (`config_dict`), as a transformers config (checkpoints store its to_dict)."""
         return PretrainedConfig(**self.config_dict(), num_hidden_layers=self.num_layers)
 
+    # What each kind defines (decode/drafts/kinds.py's registry finds the class):
+    @classmethod
+    def build(cls, target, **options) -> "FeatureDraft":
+        """A new draft for `target` from model.draft's options (each kind reads its own; the rest are ignored)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config: dict) -> "FeatureDraft":
+        """A fresh (unattached) draft of the shape `config_dict()` describes."""
+        raise NotImplementedError
+
+    def serving_config(self, target_name: str, target_architectures: list[str], gamma: int = 3,
+                       draft_vocab_size: int | None = None) -> dict:
+        """config.json of the serving layout, measured against `target_name`."""
+        raise NotImplementedError
+
+    def serving_state(self) -> dict[str, torch.Tensor]:
+        """The weights under the serving layout's names (contiguous copies)."""
+        return {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+
+    def state_from_serving(self, state: dict, folder) -> dict:
+        """The serving layout's weights (head keys already dropped) under this module's names."""
+        return state
+
+
+_MEDUSA_OURS = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.linear\.")
+_MEDUSA_THEIRS = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.")
+
 
 class ResBlock(nn.Module):
     """x + SiLU(W x + b), W zero at init: a new head starts as the target's own next-token head."""
@@ -120,6 +167,27 @@ class MedusaHeads(FeatureDraft):
         self._shared = _Shared(None, None)
 
     @classmethod
+    def build(cls, target, num_heads: int = 3, num_layers: int = 1, **_) -> "MedusaHeads":
+        return cls.from_target(target, num_heads, num_layers)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "MedusaHeads":
+        return cls(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_layers"])
+
+    def serving_config(self, target_name, target_architectures, gamma=3, draft_vocab_size=None) -> dict:
+        return {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": self.hidden_size,
+                "vocab_size": self.vocab_size, "truncated_vocab_size": None, "num_heads": self.num_heads,
+                "num_hidden_layers": self.num_layers, "original_lm_head": True, "max_paths": 64, "topk": 10,
+                "medusa_num_heads": self.num_heads, "medusa_num_layers": self.num_layers,
+                "base_model_name_or_path": target_name}
+
+    def serving_state(self) -> dict:  # ours: ResBlock.linear; vLLM's: the Linear itself
+        return {_MEDUSA_OURS.sub(r"blocks.\1.layers.\2.", k): v for k, v in super().serving_state().items()}
+
+    def state_from_serving(self, state, folder) -> dict:
+        return {_MEDUSA_THEIRS.sub(r"blocks.\1.layers.\2.linear.", k): v for k, v in state.items()}
+
+    @classmethod
     def from_target(cls, target, num_heads: int = 3, num_layers: int = 1) -> "MedusaHeads":
         head = target.get_output_embeddings()
         return cls(head.weight.shape[1], head.weight.shape[0], num_heads, num_layers).to(head.weight.dtype).attach(target)
@@ -142,6 +210,16 @@ def layer_parts(config):
     return type(decoder.layers[0]), type(decoder.norm), type(decoder.rotary_emb)
 
 
+def rebuilt_layer_config(config: dict):
+    """The draft layer's transformers config from a `config_dict()`'s `layer_config`."""
+    from transformers import AutoConfig
+
+    layer = dict(config["layer_config"])
+    layer_config = AutoConfig.for_model(layer.pop("model_type"), **layer)
+    layer_config._attn_implementation = "sdpa"
+    return layer_config
+
+
 def one_layer_config(target_config):
     """The target's config cut to one decoder layer (of its last kind), attention through SDPA with our masks."""
     config = copy.deepcopy(target_config)
@@ -154,7 +232,7 @@ def one_layer_config(target_config):
 
 class EagleDraft(FeatureDraft):
     draft_kind = "eagle"
-    aux_layers = None  # reads the target's final hidden states (decode/drafts/eagle3.py reads some layers' inputs)
+    aux_layers = None  # reads the target's final hidden states (EAGLE-3 reads some layers' inputs)
 
     def __init__(self, layer_config):
         super().__init__()
@@ -168,6 +246,20 @@ class EagleDraft(FeatureDraft):
         self.pre_lm_head_layernorm = norm_cls(self.hidden_size, eps=eps)
         self.rotary_emb = rotary_cls(config=layer_config)
         self._shared = _Shared(None, None)
+
+    @classmethod
+    def build(cls, target, init_layer: int | None = -1, **_) -> "EagleDraft":
+        return cls.from_target(target, init_layer)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "EagleDraft":
+        return cls(rebuilt_layer_config(config))
+
+    def serving_config(self, target_name, target_architectures, gamma=3, draft_vocab_size=None) -> dict:
+        return {"architectures": ["EagleSpeculator"], "speculators_model_type": self.draft_kind,
+                "transformer_layer_architecture": type(self.transformer).__name__,
+                "transformer_layer_config": layer_config_dict(self), "layernorms": True, "fusion_bias": False,
+                "speculators_config": speculators_config(self.draft_kind, target_name, target_architectures, gamma)}
 
     @classmethod
     def from_target(cls, target, init_layer: int | None = -1) -> "EagleDraft":
@@ -200,7 +292,7 @@ class EagleDraft(FeatureDraft):
                                 use_cache=cache is not None)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """The target's features as a slot reads them: as they are (decode/drafts/eagle3.py's maps several layers' to one)."""
+        """The target's features as a slot reads them: as they are (EAGLE-3's maps several layers' to one)."""
         return features
 
     def head_input(self, predicted: torch.Tensor) -> torch.Tensor:

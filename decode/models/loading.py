@@ -139,7 +139,7 @@ def load_drafts(paths, tokenizer, target, target_name: str, *, dtype: str = "flo
         else:
             draft = load_frozen(str(path), dtype=dtype, cache_dir=cache_dir, device=device)
         verbosity = transformers.logging.get_verbosity()
-        if feature:  # its config.json is a serving layout (model_type medusa, speculators): no warning about it
+        if feature:  # its config.json is a serving layout (a feature draft's): no warning about it
             transformers.logging.set_verbosity_error()
         try:
             draft_tokenizer = load_tokenizer(str(path), cache_dir=cache_dir)

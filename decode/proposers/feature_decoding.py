@@ -21,11 +21,12 @@ import torch
 from transformers import DynamicCache
 
 from decode.core.sampling import sample
-from decode.core.speculative import ChainVerifier, DraftModelProposer, draft_confidence
+from decode.core.speculative import ChainVerifier, draft_confidence
 from decode.core.trees import TreeDraft, full_mask, tree_positions
-from decode.drafts.eagle3 import layer_inputs
 from decode.drafts.feature_drafts import crop_cache, is_feature_draft
-from decode.drafts.kinds import EAGLE_KINDS
+from decode.drafts.features import layer_inputs
+from decode.drafts.kinds import kind_of_draft
+from decode.proposers.draft_model import DraftModelProposer
 from decode.proposers.tree import TreeVerifier, choose_children, tree_levels
 
 
@@ -72,7 +73,7 @@ class _KeepsFeatures:
 class FeatureVerifier(_KeepsFeatures, ChainVerifier):
     """ChainVerifier keeping `features` (length, H): the target's final hidden state at each cached position, or
     with `aux_layers` what enters those layers, concatenated (length, len(aux_layers) * H), as an EAGLE-3 draft
-    reads (decode/drafts/eagle3.py)."""
+    reads (decode/drafts/features.py)."""
 
     def __init__(self, target, aux_layers: list[int] | None = None):
         super().__init__(target)
@@ -81,7 +82,7 @@ class FeatureVerifier(_KeepsFeatures, ChainVerifier):
     def start(self, prompt):
         self.lm.reset()
         if self.lm.static is not None:
-            raise ValueError("Feature drafts (medusa, eagle) read the target's hidden states, which the compiled "
+            raise ValueError("Feature drafts read the target's hidden states, which the compiled "
                              "static-cache path does not return. Fix: compile=false.")
         self._rows = FeatureRows(_feature_width(self.lm.model, self.aux_layers), self.lm.model.device)
         if len(prompt) > 1:
@@ -312,6 +313,9 @@ def draft_proposer(draft, confidence_threshold: float = 0.0, stop_rule=None):
     if stop_rule is not None:
         raise ValueError("Predicted gamma (proposers=[predicted]) is built for standalone drafts, not for "
                          f"{draft.draft_kind} drafts. Fix: proposers=[draft].")
-    return (EagleProposer if draft.draft_kind in EAGLE_KINDS else MedusaProposer)(draft, confidence_threshold)
+    return (EagleProposer if kind_of_draft(draft).autoregressive else MedusaProposer)(draft, confidence_threshold)
 
 
+def build(request):
+    """proposers=[draft] (decode/proposers/registry.py): the draft's own chain, whatever its kind."""
+    return draft_proposer(request.draft, request.threshold)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from decode.proposers.draft_model import DraftModelProposer
+
 
 def ngram_continuation(tokens: list[int], max_tokens: int, min_n: int = 1, max_n: int = 3) -> list[int]:
     """Up to `max_tokens` tokens that followed the most recent earlier occurrence of the longest suffix of `tokens`
@@ -90,3 +92,15 @@ class LookupThenDraftProposer:
 
     def rollback(self, keep):
         self.draft.rollback(keep)
+
+
+def build_lookup(request) -> PromptLookupProposer:
+    """proposers=[lookup] (decode/proposers/registry.py): prompt lookup with request.settings.lookup's n-gram sizes."""
+    lookup = request.settings["lookup"]
+    vocab = request.target.get_output_embeddings().weight.shape[0]
+    return PromptLookupProposer(vocab, int(lookup["min_n"]), int(lookup["max_n"]), request.target.device)
+
+
+def build_lookup_then_draft(request) -> LookupThenDraftProposer:
+    """proposers=[lookup+draft]: prompt lookup, the draft model where nothing matches."""
+    return LookupThenDraftProposer(build_lookup(request), DraftModelProposer(request.draft, request.threshold))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from decode.core.metrics import pass_seconds
+from decode.proposers.draft_model import DraftModelProposer
 
 
 @dataclass
@@ -81,3 +82,9 @@ class SurvivalStop:
         k = len(confidences)
         extra = max(pass_seconds(self.passes, k + 2) - pass_seconds(self.passes, k + 1), 0.0)
         return survival * self.calibration.mean * self.passes[0] <= self.draft_step_s + extra
+
+
+def build(request):
+    """proposers=[predicted] (decode/proposers/registry.py): the draft model stopped by the stop rule fitted on the
+    tune prompts (`SurvivalStop`, in request.stop_rule)."""
+    return DraftModelProposer(request.draft, stop_rule=request.stop_rule)

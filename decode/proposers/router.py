@@ -41,6 +41,8 @@ import torch
 
 from decode.core.metrics import expected_tokens_per_step, pass_seconds
 from decode.core.trees import TreeDraft
+from decode.proposers.draft_model import DraftModelProposer
+from decode.proposers.ngram import build_lookup
 from decode.proposers.tree import TreeVerifier
 
 
@@ -201,3 +203,20 @@ def with_auto_off(proposer, name: str, step_s: float, gamma: int, target_pass_s:
     """`proposer` at its own gamma, drafting only while the cost model expects its recent acceptance to pay, a plain
     target step otherwise (with probes): any policy gets the router's auto-off."""
     return RouterProposer([Option(name, proposer, step_s, [gamma], verified)], target_pass_s, **router_settings)
+
+
+def router_step_s(drafts: dict, costs: dict) -> dict:
+    """Each router option's draft pass time, by the source name its steps record."""
+    return {"lookup": 0.0, **{name: costs[name]["draft_step_s"] for name in drafts}}
+
+
+def build(request) -> RouterProposer:
+    """proposers=[router] (decode/proposers/registry.py): prompt lookup (with settings.router.lookup) and every
+    draft of request.drafts, priced by their measured request.costs, at lengths 1..settings.router.max_gamma."""
+    r, drafts = request.settings["router"], request.drafts
+    gammas, step_s = list(range(1, int(r["max_gamma"]) + 1)), router_step_s(drafts, request.costs)
+    options = [Option("lookup", build_lookup(request), 0.0, gammas)] if r["lookup"] else []
+    options += [Option(name, DraftModelProposer(d), step_s[name], gammas) for name, d in drafts.items()]
+    return RouterProposer(options, request.costs[next(iter(drafts))]["target_pass_s"], float(r["memory"]),
+                          probe_every=int(r["probe_every"]), max_probe_every=int(r["max_probe_every"]),
+                          timing_window=int(r["timing_window"]))

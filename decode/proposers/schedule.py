@@ -7,6 +7,8 @@ drafts, so greedy output and the sampled law stay the target's (any rule of that
 
 from __future__ import annotations
 
+from decode.proposers.draft_model import DraftModelProposer
+
 
 def next_gamma(current: int, drafted: int, accepted: int, ceiling: int) -> int:
     """transformers' `num_assistant_tokens_schedule="heuristic"`: +2 after a fully accepted draft, else -1; within
@@ -46,3 +48,8 @@ class HeuristicGammaProposer:
         accepted = keep - self._before
         self.current = next_gamma(self.current, self._drafted, accepted, self._ceiling)
         self.inner.rollback(keep)
+
+
+def build(request):
+    """proposers=[heuristic] (decode/proposers/registry.py): the draft model under transformers' schedule."""
+    return HeuristicGammaProposer(DraftModelProposer(request.draft, request.threshold))
