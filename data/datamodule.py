@@ -40,6 +40,7 @@ def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens
     if not sources or min(weights) <= 0:
         raise ValueError("data.sources must list at least one source, each with weight > 0.")
     splits = {"train": [], "val": []}
+    doc_sources: dict[str, list[int]] = {"train": [], "val": []}
     stats = []
     for source, weight in zip(sources, weights):
         share = weight / sum(weights)
@@ -54,16 +55,22 @@ def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens
             for ids, mask in encode(tokenizer, docs[start:start + encode_batch], train_on_prompt):
                 split = "val" if counts["val"] < val_budget else "train"
                 splits[split].append((ids, mask))
+                doc_sources[split].append(len(stats))
                 counts[split] += len(ids)
             if train_budget is not None and counts["train"] >= train_budget:
                 break
         if train_budget is not None:  # trim the last batch's overshoot at the document level
             while splits["train"] and counts["train"] - len(splits["train"][-1][0]) >= train_budget:
                 counts["train"] -= len(splits["train"].pop()[0])
+                doc_sources["train"].pop()
         stats.append({"source": describe(source), "docs": len(docs), **{f"{k}_tokens": v for k, v in counts.items()}})
-    packed = {k: pack(v, block_size) for k, v in splits.items()}
+    packed = {k: pack(v, block_size, doc_sources[k]) for k, v in splits.items()}
     n_val = max(1, -(-val_tokens // block_size))  # one long document can overshoot the budget: cap it
     packed["val"] = {k: v[:n_val] for k, v in packed["val"].items()}
+    for row, source in zip(stats, range(len(stats))):  # where each source's blocks lie (data/views.py)
+        row["blocks"] = {k: [i for i, s in enumerate(v["source"]) if s == source] for k, v in packed.items()}
+        row["blocks"] = {k: [v[0], v[-1] + 1] if v else [0, 0] for k, v in row["blocks"].items()}
+    packed = {k: {c: rows for c, rows in v.items() if c != "source"} for k, v in packed.items()}
     for split, blocks in packed.items():
         if not blocks["input_ids"]:
             raise UsageError(f"The {split} split holds no full block of {block_size} tokens. Fix: more text (e.g. "
@@ -113,8 +120,11 @@ class DistillDataModule(L.LightningDataModule):
                  eval_batch_size: int = 8, max_train_tokens: int | None = None, val_tokens: int = 8192,
                  train_on_prompt: bool = False, seed: int = 0, num_workers: int = 0,
                  cache_dir: str | os.PathLike = "~/.cache/draftsmith", name: str = "data",
-                 teacher_cache: str | os.PathLike | None = None):
+                 teacher_cache: str | os.PathLike | None = None, train_sources: list[str] | None = None,
+                 train_blocks: int | None = None):
         super().__init__()
+        self.train_sources = list(train_sources) if train_sources else None  # a view (data/views.py): not in the key
+        self.train_blocks = train_blocks
         self.teacher_cache = teacher_cache
         self.tokenizer = tokenizer
         self.sources = [dict(s) for s in sources]
@@ -172,6 +182,43 @@ class DistillDataModule(L.LightningDataModule):
 
                 self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set)))
                 self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set)))
+            self.train_set = self._view(self.train_set, "train")
+            self.val_set = self._view(self.val_set, "val")
+
+    def view(self, split: str, n_blocks: int) -> list[int] | None:
+        """The rows of `split` this run reads (data.train_sources / data.train_blocks), None for all."""
+        from data.views import view_indices
+
+        if not self.train_sources and self.train_blocks is None:
+            return None
+        return view_indices(self.block_stats(), self.sources, split, n_blocks, self.train_sources, self.train_blocks)
+
+    def _view(self, rows, split: str):
+        picked = self.view(split, len(rows))
+        if picked is None:
+            return rows
+        log.info("data: %s view of %d of %d blocks (data.train_sources=%s, data.train_blocks=%s)", split,
+                 len(picked), len(rows), self.train_sources, self.train_blocks)
+        return torch.utils.data.Subset(rows, picked)
+
+    def block_stats(self) -> list[dict]:
+        """stats.json's per-source rows with where each source's blocks lie; a cache packed before they were
+        recorded is packed again (the same blocks) to find them, and its stats.json rewritten."""
+        path = self.cache_path / "stats.json"
+        stats = json.loads(path.read_text()) if path.is_file() else []
+        if stats and all("blocks" in row for row in stats):
+            return stats
+        log.info("data: finding each source's blocks in %s (packing once more)", self.cache_path)
+        packed, stats = split_and_pack(self.tokenizer, self.sources, self.block_size, self.max_train_tokens,
+                                       self.val_tokens, self.seed, self.train_on_prompt)
+        import datasets
+
+        on_disk = datasets.load_from_disk(str(self.cache_path))
+        if any(len(packed[k]["input_ids"]) != len(on_disk[k]) for k in packed):
+            raise RuntimeError(f"data: packing {self.cache_path}'s sources again gave other blocks. Fix: delete it "
+                               "(it is rebuilt), or data.train_sources=null data.train_blocks=null.")
+        path.write_text(json.dumps(stats, indent=1))
+        return stats
 
     def train_labels(self, wait_s: float = 3600.0) -> list:
         """The training blocks' labels (-100 = not trained on), read without the teacher cache riding along. Called
@@ -189,7 +236,9 @@ class DistillDataModule(L.LightningDataModule):
                         raise TimeoutError(f"data: local rank 0 has not written {self.cache_path} after {wait_s:.0f} s. "
                                            "Fix: check rank 0's log, or pack the data once first (a one-process run).")
                     time.sleep(2.0)
-        return datasets.load_from_disk(str(self.cache_path))["train"]["labels"]
+        labels = datasets.load_from_disk(str(self.cache_path))["train"]["labels"]
+        picked = self.view("train", len(labels))
+        return labels if picked is None else [labels[i] for i in picked]
 
     @staticmethod
     def _collate(rows):

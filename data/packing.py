@@ -39,20 +39,30 @@ def encode(tokenizer, examples: list, train_on_prompt: bool = False) -> list[tup
     return out
 
 
-def pack(encoded: Iterable[tuple[list[int], list[int]]], block_size: int) -> dict[str, list[list[int]]]:
-    """Concatenate (ids, mask) pairs and cut full blocks; the incomplete tail is dropped."""
+def pack(encoded: Iterable[tuple[list[int], list[int]]], block_size: int,
+         doc_sources: list[int] | None = None) -> dict[str, list[list[int]]]:
+    """Concatenate (ids, mask) pairs and cut full blocks; the incomplete tail is dropped. With `doc_sources` (the
+    source index of each pair), also "source": the source of each block's first token."""
     if block_size < 2:
         raise ValueError(f"data.block_size must be >= 2, got {block_size}.")
     ids_buf: list[int] = []
     mask_buf: list[int] = []
-    blocks: dict[str, list[list[int]]] = {"input_ids": [], "labels": []}
-    for ids, mask in encoded:
+    src_buf: list[int] = []
+    blocks: dict[str, list] = {"input_ids": [], "labels": []}
+    if doc_sources is not None:
+        blocks["source"] = []
+    for d, (ids, mask) in enumerate(encoded):
         ids_buf.extend(ids)
         mask_buf.extend(mask)
+        if doc_sources is not None:
+            src_buf.extend([doc_sources[d]] * len(ids))
         while len(ids_buf) >= block_size:
             block, bmask = ids_buf[:block_size], mask_buf[:block_size]
-            del ids_buf[:block_size], mask_buf[:block_size]
+            source = src_buf[0] if src_buf else None
+            del ids_buf[:block_size], mask_buf[:block_size], src_buf[:block_size]
             if any(bmask[1:]):  # a block with nothing to predict teaches nothing
                 blocks["input_ids"].append(block)
                 blocks["labels"].append([t if m else -100 for t, m in zip(block, bmask)])
+                if doc_sources is not None:
+                    blocks["source"].append(source)
     return blocks

@@ -36,7 +36,7 @@ def cache_teacher(cfg: DictConfig):
     t = cfg.model.target
     tokenizer = load_tokenizer(t.name_or_path, cache_dir=cfg.paths.cache_dir)
     data = OmegaConf.to_container(cfg.data, resolve=True)
-    dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data))  # the very blocks training will read
+    dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data, view=False))  # the very blocks training will read
     dm.setup()
     out = cfg.out or default_cache_path(cfg.paths.cache_dir, t.slug, dm.cache_path.name, cfg.top_k)
     target = load_frozen(t.name_or_path, dtype=t.dtype, cache_dir=cfg.paths.cache_dir, device=cfg.device)

@@ -132,3 +132,71 @@ def test_too_little_training_data_fails_clearly(tokenizer, text_file, tmp_path):
                            batch_size=10_000, val_tokens=64, cache_dir=tmp_path)
     with pytest.raises(ValueError, match="fewer than data.batch_size=10000"):
         dm.setup()
+
+
+def test_pack_records_the_source_of_each_blocks_first_token():
+    encoded = [([1, 2, 3], [1, 1, 1]), ([4, 5, 6, 7, 8], [1, 1, 1, 1, 1]), ([9, 10, 11, 12], [1, 1, 1, 1])]
+    blocks = pack(encoded, block_size=4, doc_sources=[0, 1, 2])
+    assert blocks["input_ids"] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    assert blocks["source"] == [0, 1, 2]
+    assert "source" not in pack(encoded, block_size=4)
+
+
+def test_spread_picks_k_distinct_evenly_spaced_indices():
+    from data.views import spread
+
+    for n in range(1, 40):
+        for k in range(1, n + 3):
+            picked = spread(n, k)
+            assert len(picked) == min(n, k) and sorted(set(picked)) == picked and picked[0] == 0
+            assert all(0 <= i < n for i in picked)
+            if k < n:  # no gap more than one index wider than another
+                gaps = [b - a for a, b in zip(picked, picked[1:])] + [n - picked[-1]]
+                assert max(gaps) - min(gaps) <= 1
+    assert spread(5, None) == list(range(5))
+
+
+def _two_sources(tmp_path):
+    for name, word in (("code", "alpha"), ("medical", "omega")):
+        docs = [f"{word}{i:03d} " + f"{word} beta gamma " * 6 for i in range(40)]
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    return [{"kind": "files", "path": str(tmp_path / f"{n}.jsonl"), "prompts_from": n} for n in ("code", "medical")]
+
+
+def test_a_view_reads_one_sources_blocks_of_the_shared_cache(tokenizer, tmp_path):
+    """data.train_sources / data.train_blocks select rows of the one packed dataset (so of its teacher cache):
+    the cache entry is that of all sources, and the view's blocks are exactly those of its source."""
+    sources = _two_sources(tmp_path)
+    kwargs = dict(sources=sources, block_size=32, batch_size=2, val_tokens=256, cache_dir=tmp_path / "c")
+    whole = DistillDataModule(tokenizer, **kwargs)
+    whole.setup()
+    view = DistillDataModule(tokenizer, **kwargs, train_sources=["medical"])
+    assert view.cache_path == whole.cache_path
+    view.setup()
+    text = lambda rows: [tokenizer.decode(rows[i]["input_ids"]) for i in range(len(rows))]
+    medical = text(view.train_set)
+    assert medical and all("omega" in t for t in medical[1:]) and not any("alpha" in t for t in medical[1:])
+    assert 0 < len(view.train_set) < len(whole.train_set)
+    assert all("omega" in t for t in text(view.val_set))
+    assert len(view.train_labels()) == len(view.train_set)
+    curve = DistillDataModule(tokenizer, **kwargs, train_blocks=5)
+    curve.setup()
+    assert len(curve.train_set) == 5 and any("alpha" in t for t in text(curve.train_set)) \
+        and any("omega" in t for t in text(curve.train_set))
+    with pytest.raises(Exception, match="train_sources"):
+        bad = DistillDataModule(tokenizer, **kwargs, train_sources=["legal"])
+        bad.setup()
+
+
+def test_a_view_of_a_cache_packed_before_views_finds_its_sources_again(tokenizer, tmp_path):
+    sources = _two_sources(tmp_path)
+    kwargs = dict(sources=sources, block_size=32, batch_size=2, val_tokens=256, cache_dir=tmp_path / "c")
+    whole = DistillDataModule(tokenizer, **kwargs)
+    whole.prepare_data()
+    stats = json.loads((whole.cache_path / "stats.json").read_text())
+    (whole.cache_path / "stats.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "blocks"}
+                                                             for r in stats]))
+    view = DistillDataModule(tokenizer, **kwargs, train_sources=["code"])
+    view.setup()
+    assert json.loads((whole.cache_path / "stats.json").read_text()) == stats
+    assert len(view.train_set) == stats[0]["blocks"]["train"][1] - stats[0]["blocks"]["train"][0]

@@ -150,6 +150,20 @@ def test_teacher_cache_is_built_by_the_training_run_when_missing(tmp_path, tiny_
     assert summary["after"]["val/kl"] < summary["before"]["val/kl"]  # it learned from the cache it built
 
 
+def test_a_view_of_the_data_trains_from_the_cache_of_all_of_it(tmp_path, tiny_target_dir, text_file):
+    """data.train_blocks (and data.train_sources) read rows of the one cache over every block: a learning-curve
+    point builds no cache of its own."""
+    common = ["teacher=cache", "spec_eval.enabled=false", "loss=forward_kl", "teacher_top_k=8", "trainer.max_steps=2",
+              f"paths.cache_dir={tmp_path / 'cache'}"]
+    train(tiny_cfg(tmp_path / "all", tiny_target_dir, text_file, *common))
+    summary = train(tiny_cfg(tmp_path / "part", tiny_target_dir, text_file, *common, "data.train_blocks=4"))
+    built = sorted((tmp_path / "cache" / "teacher").glob(f"*/*-k8/{teacher_cache.DONE}"))
+    assert len(built) == 1 and summary["steps"] == 2 and summary["teacher_cache_s"] is not None
+    assert summary["setup"]["train_blocks"] == 4
+    with pytest.raises(ValueError, match="data.train_blocks"):
+        train(tiny_cfg(tmp_path / "bad", tiny_target_dir, text_file, *common, "data.train_blocks=0"))
+
+
 def test_a_final_state_draft_reuses_a_finished_eagle3_cache_of_the_same_text(tmp_path):
     plain = tmp_path / "teacher" / "t" / "data-features"
     assert teacher_cache.reuse_richer_cache(plain) == plain  # nothing cached: build the plain cache

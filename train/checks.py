@@ -59,6 +59,10 @@ def check_config(cfg: DictConfig) -> None:
     number_in(cfg.loss.ce_weight, "loss.ce_weight", 0, 1)
     for key in ("block_size", "batch_size"):
         number_in(cfg.data[key], f"data.{key}", 2 if key == "block_size" else 1, integer=True)
+    if cfg.data.get("train_blocks") is not None:
+        number_in(cfg.data.train_blocks, "data.train_blocks", cfg.data.batch_size, integer=True)
+    if cfg.data.get("train_sources") is not None:
+        list_value(cfg.data.train_sources, "data.train_sources", "[medical]")
     if cfg.teacher not in ("live", "cache"):
         raise UsageError(f"teacher must be live or cache, got '{cfg.teacher}'.")
     top_k_cache = cfg.teacher == "cache" and cfg.model.draft.kind not in FEATURE_KINDS  # feature caches: any loss

@@ -99,7 +99,7 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
                              f"draft reads layers {list(aux_layers)}. Fix: teacher_cache=null (the default cache).")
         if not feature or (path / DONE).is_file():
             return str(path)
-    dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg))
+    dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg, view=False))
     data_name = dm.cache_path.name
     if feature:
         path = cfg.teacher_cache or default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, None,
@@ -186,11 +186,15 @@ def train_vocab_ranking(cfg: DictConfig, datamodule, tokenizer, draft) -> tuple[
     return ranking, origin
 
 
-def data_module_kwargs(cfg: DictConfig, data_cfg: dict) -> dict:
+def data_module_kwargs(cfg: DictConfig, data_cfg: dict, view: bool = True) -> dict:
+    """DistillDataModule's arguments; view=False: every block, whatever data.train_sources / train_blocks say (a
+    teacher cache is built over all of them, so that every view reads it)."""
     return dict(sources=data_cfg["sources"], block_size=data_cfg["block_size"], batch_size=data_cfg["batch_size"],
                 eval_batch_size=data_cfg["eval_batch_size"], max_train_tokens=data_cfg["max_train_tokens"],
                 val_tokens=data_cfg["val_tokens"], train_on_prompt=data_cfg["train_on_prompt"], seed=cfg.seed,
-                num_workers=data_cfg["num_workers"], cache_dir=cfg.paths.cache_dir, name=data_cfg["name"])
+                num_workers=data_cfg["num_workers"], cache_dir=cfg.paths.cache_dir, name=data_cfg["name"],
+                train_sources=data_cfg.get("train_sources") if view else None,
+                train_blocks=data_cfg.get("train_blocks") if view else None)
 
 
 def build_models(cfg: DictConfig):
@@ -455,7 +459,9 @@ def train_in(cfg: DictConfig, output_dir: Path, resume: str | None) -> dict:
                "peak_rss_gb": round(peak_rss_gb(), 2), "teacher_cache_s": cache_seconds if teacher_cache else None,
                "setup": {"domain": str(cfg.data.name), "loss": str(cfg.loss.name), "draft": str(cfg.model.draft.kind),
                          "draft_from": str(cfg.model.draft.get("name_or_path") or ""), "draft_layers": draft.config.num_hidden_layers, "lora": bool(cfg.lora.enabled),
-                         "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps}}
+                         "target": str(cfg.model.target.name_or_path), "max_steps": cfg.trainer.max_steps,
+                         "train_blocks": len(datamodule.train_set), "block_size": int(cfg.data.block_size),
+                         "train_sources": list(cfg.data.get("train_sources") or []) or None}}
     if not trainer.is_global_zero:  # DDP/FSDP: one process exports and writes the summary
         return summary
     if cfg.export.enabled:
