@@ -75,6 +75,8 @@ def check_config(cfg: DictConfig) -> None:
         if cfg.model.draft.get("train_vocab"):
             raise UsageError("model.draft.train_vocab works with teacher=live (the cached teacher's top-k ids are not "
                              "restricted to the kept ids). Fix: model.draft.train_vocab=null, or teacher=live.")
+    if cfg.get("feature_cache_storage", "float16") not in ("float16", "int8"):
+        raise UsageError(f"feature_cache_storage must be float16 or int8, got {cfg.feature_cache_storage!r}.")
     if cfg.teacher == "cache" and cfg.spec_eval.enabled:
         raise UsageError("teacher=cache trains without the target, so it cannot run speculative decoding during "
                          "training. Fix: spec_eval.enabled=false (then judge the export with eval/speculate.py).")

@@ -102,11 +102,12 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
     dm = DistillDataModule(tokenizer, **data_module_kwargs(cfg, data_cfg, view=False))
     data_name = dm.cache_path.name
     if feature:
+        storage = str(cfg.get("feature_cache_storage", "float16"))
         path = cfg.teacher_cache or default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, None,
-                                                       aux_layers)
-        if not cfg.teacher_cache and not aux_layers:
+                                                       aux_layers, storage)
+        if not cfg.teacher_cache and not aux_layers and storage == "float16":
             path = reuse_richer_cache(Path(path))
-        return build_teacher_cache(cfg, dm, target, path, aux_layers)
+        return build_teacher_cache(cfg, dm, target, path, aux_layers, storage=storage)
     base = default_cache_path(cfg.paths.cache_dir, cfg.model.target.slug, data_name, 1).parent
     found = sorted(base.glob(f"{data_name}-k*/{DONE}"))  # one scripts/cache_teacher.py wrote, whatever its k
     if found:
@@ -120,7 +121,7 @@ def resolve_teacher_cache(cfg: DictConfig, data_cfg: dict, tokenizer, target=Non
 
 
 def build_teacher_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux_layers=None,
-                        top_k: int | None = None) -> str:
+                        top_k: int | None = None, storage: str = "float16") -> str:
     """The target's final hidden states (and `aux_layers`' inputs), or with `top_k` its top-k log-probs, over the
     very blocks training reads (train/teacher_cache.py), once."""
     from data.teacher_cache_files import DONE
@@ -133,7 +134,7 @@ def build_teacher_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux
                  len(dm.val_set), out)
     return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, out, top_k, cfg.cache_batch_size,
                            info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name},
-                           aux_layers=aux_layers))
+                           aux_layers=aux_layers, storage=storage))
 
 
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:

@@ -23,6 +23,7 @@ from transformers import DynamicCache
 from decode.drafts.feature_drafts import additive, unroll_allowed
 from decode.drafts.features import layer_inputs
 from decode.drafts.kinds import kind_of_draft
+from train.feature_storage import read
 from train.losses import chunked_distill, loss_mask, own_precision
 from train.teacher_cache import AUX_FEATURES, FEATURES
 from train.train_vocab import remap
@@ -79,7 +80,7 @@ def feature_distill(draft, target, batch: dict, loss_fn, *, temperature: float, 
     (they share the head), at positions whose next token is kept; validation (metrics) scores the full head."""
     aux_layers, dtype = getattr(draft, "aux_layers", None), draft.get_output_embeddings().weight.dtype
     if FEATURES in batch:  # teacher=cache: the target's features were cached once (train/teacher_cache.py)
-        features, aux = batch[FEATURES].to(dtype), batch.get(AUX_FEATURES)
+        features, aux = read(batch, FEATURES).to(dtype), read(batch, AUX_FEATURES)
         if aux_layers is not None and aux is None:
             raise ValueError("This feature cache holds no layer inputs, which an EAGLE-3 draft reads. Fix: "
                              "teacher_cache=null (the default cache for this draft is built with them).")

@@ -4,7 +4,8 @@ log-probabilities, their token ids and the log of the remaining tail mass. Train
 bucket, which is exact for the top-k tokens and lumps the rest of the vocabulary together.
 
 Feature drafts (Medusa heads, the EAGLE-style draft) read the target's final hidden states instead: a *feature
-cache* (`features_of_target`, top_k=None) keeps them per token in float16 (hidden size x 2 bytes per token), and the
+cache* (`features_of_target`, top_k=None) keeps them per token in float16 (hidden size x 2 bytes per token; or int8
+with a scale per row, `feature_cache_storage=int8`, about half that: train/feature_storage.py), and the
 teacher's logits come back exactly from them through the target's LM head, which the draft holds anyway. An EAGLE-3
 draft also reads what enters a few of the target's layers (`aux_layers`): the cache keeps those too (hidden size x 2
 bytes per token and layer more). Training then runs no target forward pass (train/distill.py builds this cache
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from data.atomic import temp_dir
 from data.progress import progress_bar
 from data.teacher_cache_files import DONE
+from train.feature_storage import bytes_per_value, stored
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +40,15 @@ FP16_MAX = 65504.0
 
 
 def default_cache_path(cache_root: str | os.PathLike, target_slug: str, data_cache_name: str,
-                       top_k: int | None, aux_layers: list[int] | None = None) -> Path:
+                       top_k: int | None, aux_layers: list[int] | None = None, storage: str = "float16") -> Path:
     """One cache per (target, tokenized data, k): <cache>/teacher/<target slug>/<data cache name>-k<k>; top_k None:
-    the feature cache, <data cache name>-features (-features-aux-2-15-27 with those layers' inputs)."""
+    the feature cache, <data cache name>-features (-features-aux-2-15-27 with those layers' inputs, and -int8 when
+    stored as int8)."""
     if top_k is not None:
         suffix = f"k{top_k}"
     else:
         suffix = "features" + ("-aux-" + "-".join(str(i) for i in aux_layers) if aux_layers else "")
+        suffix += "" if storage == "float16" else f"-{storage}"
     return Path(cache_root).expanduser() / "teacher" / target_slug / f"{data_cache_name}-{suffix}"
 
 
@@ -71,15 +75,22 @@ def _half(values: torch.Tensor, what: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def features_of_target(target, input_ids: torch.Tensor, aux_layers: list[int] | None = None) -> dict[str, torch.Tensor]:
-    """The target's final hidden states (what its LM head reads) at every position of (B, S) ids, float16; with
-    `aux_layers`, also what enters those layers, concatenated (decode/drafts/features.py `layer_inputs`)."""
+def features_of_target(target, input_ids: torch.Tensor, aux_layers: list[int] | None = None,
+                       storage: str = "float16") -> dict[str, torch.Tensor]:
+    """The target's final hidden states (what its LM head reads) at every position of (B, S) ids, float16 or int8
+    per-row scaled (train/feature_storage.py); with `aux_layers`, also what enters those layers, concatenated
+    (decode/drafts/features.py `layer_inputs`)."""
     from decode.drafts.features import layer_inputs
 
     out, aux = layer_inputs(target, input_ids, aux_layers, use_cache=False)
-    cached = {FEATURES: _half(out.last_hidden_state, "final hidden states")}
+    if storage == "float16":
+        cached = {FEATURES: _half(out.last_hidden_state, "final hidden states")}
+        if aux is not None:
+            cached[AUX_FEATURES] = _half(aux, "hidden states")
+        return cached
+    cached = stored(out.last_hidden_state, FEATURES, storage)
     if aux is not None:
-        cached[AUX_FEATURES] = _half(aux, "hidden states")
+        cached.update(stored(aux, AUX_FEATURES, storage, groups=len(aux_layers)))
     return cached
 
 
@@ -102,7 +113,8 @@ def topk_of_target(target, input_ids: torch.Tensor, top_k: int, chunk_size: int 
 
 
 def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None, batch_size: int = 8,
-                shard_blocks: int = 64, info: dict | None = None, aux_layers: list[int] | None = None) -> Path:
+                shard_blocks: int = 64, info: dict | None = None, aux_layers: list[int] | None = None,
+                storage: str = "float16") -> Path:
     """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`: the
     target's top-k, or with top_k None its final hidden states and `aux_layers`' inputs (`features_of_target`)."""
     out = Path(out)
@@ -110,35 +122,37 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
         log.info("teacher cache complete: %s", out)
         return out
     out.mkdir(parents=True, exist_ok=True)
-    check_disk(out, target, splits, top_k, aux_layers)
+    check_disk(out, target, splits, top_k, aux_layers, storage)
     what = "features" if top_k is None else f"top-{top_k}"
     for split, blocks in splits.items():
         with progress_bar() as progress:
             bar = progress.add_task(f"caching the target's {what} ({split} blocks)", total=len(blocks))
             cache_split(target, blocks, out / split, top_k, batch_size, shard_blocks, aux_layers,
-                        lambda k: progress.advance(bar, k))
+                        lambda k: progress.advance(bar, k), storage)
     extra = {"aux_layers": list(aux_layers)} if aux_layers else {}
+    extra.update({"storage": storage} if top_k is None else {})
     (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
                                         **{f"{s}_blocks": len(b) for s, b in splits.items()}, **(info or {})}, indent=1))
     return out
 
 
-def bytes_per_token(hidden: int, top_k: int | None, aux_layers: list[int] | None) -> int:
-    """What the cache stores per token: float16 final hidden states (and one row per aux layer), or top-k float16
-    log-probs, int32 ids and a float32 tail."""
+def bytes_per_token(hidden: int, top_k: int | None, aux_layers: list[int] | None, storage: str = "float16") -> float:
+    """What the cache stores per token: the final hidden states (and one row per aux layer) in `storage`, or top-k
+    float16 log-probs, int32 ids and a float32 tail."""
     if top_k is not None:
         return top_k * (2 + 4) + 4
-    return hidden * 2 * (1 + len(aux_layers or []))
+    return hidden * bytes_per_value(storage, hidden) * (1 + len(aux_layers or []))
 
 
-def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: list[int] | None) -> None:
+def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: list[int] | None,
+               storage: str = "float16") -> None:
     """Refuse, before an hour of target passes, a cache the disk cannot hold (the shards still missing, with 5%
     and 1 GB to spare)."""
     from data.checks import UsageError
 
     done = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     tokens = sum(len(blocks) * len(blocks[0]["input_ids"]) for blocks in splits.values() if len(blocks))
-    need = tokens * bytes_per_token(target.config.hidden_size, top_k, aux_layers) - done
+    need = tokens * bytes_per_token(target.config.hidden_size, top_k, aux_layers, storage) - done
     free = shutil.disk_usage(out).free
     if need * 1.05 + 2**30 > free:
         raise UsageError(f"the teacher cache at {out} needs about {need / 2**30:.1f} GB more ({tokens} tokens), and "
@@ -148,7 +162,7 @@ def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: l
 
 
 def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, shard_blocks: int,
-                aux_layers: list[int] | None, advance) -> None:
+                aux_layers: list[int] | None, advance, storage: str = "float16") -> None:
     """One split's shards of `shard_blocks` blocks each under `out`; a shard already there is kept. `advance(k)`
     counts blocks done."""
     import datasets
@@ -164,7 +178,7 @@ def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, s
             ids = torch.stack([torch.as_tensor(blocks[i]["input_ids"]) for i in range(b, min(b + batch_size,
                                                                                         start + shard_blocks, n))])
             ids = ids.to(target.device)
-            computed = (features_of_target(target, ids, aux_layers) if top_k is None
+            computed = (features_of_target(target, ids, aux_layers, storage) if top_k is None
                         else topk_of_target(target, ids, top_k))
             for key, value in computed.items():
                 rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
