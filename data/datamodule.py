@@ -67,9 +67,9 @@ def split_and_pack(tokenizer, sources: list[dict], block_size: int, train_tokens
     packed = {k: pack(v, block_size, doc_sources[k]) for k, v in splits.items()}
     n_val = max(1, -(-val_tokens // block_size))  # one long document can overshoot the budget: cap it
     packed["val"] = {k: v[:n_val] for k, v in packed["val"].items()}
-    for row, source in zip(stats, range(len(stats))):  # where each source's blocks lie (data/views.py)
-        row["blocks"] = {k: [i for i, s in enumerate(v["source"]) if s == source] for k, v in packed.items()}
-        row["blocks"] = {k: [v[0], v[-1] + 1] if v else [0, 0] for k, v in row["blocks"].items()}
+    for source, row in enumerate(stats):  # where each source's blocks lie (data/views.py): packed in source order
+        found = {k: [i for i, s in enumerate(v["source"]) if s == source] for k, v in packed.items()}
+        row["blocks"] = {k: [i[0], i[-1] + 1] if i else [0, 0] for k, i in found.items()}
     packed = {k: {c: rows for c, rows in v.items() if c != "source"} for k, v in packed.items()}
     for split, blocks in packed.items():
         if not blocks["input_ids"]:
