@@ -1,6 +1,6 @@
 """Input files checked before anything expensive: every problem named with its file, its line and the fix.
 
-Entry points (eval/preflight.py) call these before a model loads; the readers in data/ use them too, so a file
+Entry points (eval/shared/preflight.py) call these before a model loads; the readers in data/ use them too, so a file
 that passes here is a file they can read. Plain Python only (no torch): a check must answer in well under a second.
 
     rows = read_jsonl("prompts.jsonl", "prompts_file")       # UsageError("prompts.jsonl line 2: not valid JSON ...")
@@ -9,9 +9,11 @@ that passes here is a file they can read. Plain Python only (no torch): a check 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 
@@ -21,7 +23,7 @@ CHECKED_LINES = 10_000       # larger ones on their first lines
 
 class UsageError(ValueError):
     """Bad input from the user (a config value, a file, a path): the entry point prints its one-line message and
-    exits with status 2, without a traceback (eval/preflight.py)."""
+    exits with status 2, without a traceback (eval/shared/preflight.py)."""
 
 
 def existing_file(path, what: str) -> Path:
@@ -223,3 +225,24 @@ def torn_tail(path) -> int:
         except (json.JSONDecodeError, UnicodeDecodeError):
             return len(last) + 1
     return len(tail) - (tail.rfind(b"\n") + 1)
+
+
+def check_source(source, what: str) -> None:
+    """A data source given as a config value: its files exist and parse."""
+    from omegaconf import DictConfig, OmegaConf
+
+    source = OmegaConf.to_container(source, resolve=True) if isinstance(source, DictConfig) else source
+    if not isinstance(source, dict):
+        raise UsageError(f"{what} must be a data source, got {source!r}. Fix: "
+                         f"'{what}={{kind: files, path: <answers>.jsonl, format: chat}}'.")
+    if source.get("kind", "builtin") == "files":
+        paths = sorted(glob.glob(str(Path(str(source.get("path"))).expanduser()))) or [source.get("path")]
+        for path in paths:
+            check_data_file(path, source.get("format", "text"), what)
+
+
+def check_checkpoint_file(ckpt: Path) -> None:
+    """A torch checkpoint is a zip archive: one cut short has no central directory at its end."""
+    if ckpt.stat().st_size == 0 or not zipfile.is_zipfile(ckpt):
+        raise UsageError(f"ckpt_path: {ckpt} is not a complete checkpoint (empty, cut short or not a torch "
+                         "checkpoint). Fix: use another checkpoint of the run, e.g. its last.ckpt.")

@@ -26,7 +26,7 @@ from data.checks import UsageError
 
 INFO = "draftsmith.json"
 LOCK = ".draftsmith.lock"
-# what our tools add to an export after it is written: the model card and measurements (eval/card.py), GGUF copies
+# what our tools add to an export after it is written: the model card and measurements (eval/shared/card.py), GGUF copies
 # (scripts/export_gguf.py writes <export>/draft-<type>.gguf by default)
 ADDED_LATER = ("README.md", INFO, "draftsmith.json.tmp", ".generation_config.json.tmp", ".README.md.tmp")
 ADDED_SUFFIXES = (".gguf",)

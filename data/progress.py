@@ -75,13 +75,15 @@ class LineProgress:
         now = time.monotonic()
         with self._lock:
             self.tasks.append({"description": description, "total": total, "completed": 0, "fields": fields,
-                               "started": now, "last": now, "printed": None})
+                               "started": now, "last": now, "printed": None, "kept": 0})
             return len(self.tasks) - 1
 
     def update(self, task_id: int, advance: float = 0, completed: float | None = None, description: str | None = None,
-               total: float | None = None, **fields) -> None:
+               total: float | None = None, kept: bool = False, **fields) -> None:
+        """As rich's; `kept`: this advance is work found done (a resumed run's), left out of the rate."""
         with self._lock:
             task = self.tasks[task_id]
+            task["kept"] += advance if kept else 0
             task["completed"] = completed if completed is not None else task["completed"] + advance
             task["description"] = description if description is not None else task["description"]
             task["total"] = total if total is not None else task["total"]
@@ -90,8 +92,8 @@ class LineProgress:
             if done or time.monotonic() - task["last"] >= self.every_s:
                 self._print(task_id)
 
-    def advance(self, task_id: int, advance: float = 1) -> None:
-        self.update(task_id, advance=advance)
+    def advance(self, task_id: int, advance: float = 1, kept: bool = False) -> None:
+        self.update(task_id, advance=advance, kept=kept)
 
     def line(self, task_id: int) -> str:
         """'description: 120/400 (30%), <fields>, 0:02:00 spent, 0:04:40 left'."""
@@ -100,8 +102,8 @@ class LineProgress:
         parts = [f"{task['description']}: {done:g}" + (f"/{total:g} ({done / total:.0%})" if total else "")]
         parts += [str(v) for v in task["fields"].values() if str(v)]
         parts.append(f"{clock(spent)} spent")
-        if total and 0 < done < total:
-            parts.append(f"{clock(spent / done * (total - done))} left")
+        if total and 0 < done - task["kept"] and done < total:  # at the rate of work done now, not work found done
+            parts.append(f"{clock(spent / (done - task['kept']) * (total - done))} left")
         return ", ".join(parts)
 
     def _print(self, task_id: int) -> None:

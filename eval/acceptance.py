@@ -18,7 +18,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_acceptance
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("acceptance", check_acceptance)
 
@@ -33,7 +33,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from data.prompts import encode_prompt, load_prompts
 from decode.models.loading import eos_token_ids, load_drafts, load_frozen, load_tokenizer, resolve
 from eval.checks import check_prompt_lengths

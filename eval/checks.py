@@ -1,4 +1,4 @@
-"""What each evaluation entry point accepts, checked before a model loads (eval/preflight.py runs these from the
+"""What each evaluation entry point accepts, checked before a model loads (eval/shared/preflight.py runs these from the
 command line; the entry points run them again when called from Python). Light imports only: no torch.
 """
 
@@ -10,16 +10,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from data.checks import (UsageError, check_data_file, check_prompt_rows, list_value, number_in, read_jsonl,
-                         writable_dir)
+from data.checks import (UsageError, check_checkpoint_file, check_prompt_rows, check_source, list_value, number_in,
+                         read_jsonl, writable_dir)
 from data.owned import check_replaceable
+from data.prompts import DOMAINS
 from decode.drafts.kinds import feature_kind_of
 from decode.proposers.registry import PROPOSERS, TREES
-from eval.preflight import check_device, check_dtype, check_same_vocabulary, model_folder
+from eval.shared.preflight import check_device, check_dtype, check_same_vocabulary, model_folder
 
 LOOKUP = "prompt lookup"  # the record name of prompt lookup alone (no draft model)
 ROUTER = "router"  # the record name of the router over prompt lookup and every draft
-DOMAINS = ("general", "medical", "code")
 
 
 def thresholds_of(cfg: DictConfig) -> list[float]:
@@ -120,7 +120,7 @@ def check_baselines(cfg: DictConfig, gammas: list) -> None:
     if bad:
         raise UsageError(f"llamacpp must list plain, speculative and/or ngram, got {bad}.")
     if cfg.get("llamacpp"):
-        from eval.llamacpp import llamacpp_dir
+        from eval.shared.gguf import llamacpp_dir
 
         if not (llamacpp_dir(cfg.get("cache_dir")) / "bin" / "llama-server").is_file():
             raise UsageError("llamacpp=[...] needs llama.cpp. Fix: make setup-llamacpp (a few minutes, once).")
@@ -216,18 +216,6 @@ def check_models(cfg: DictConfig, drafts_key: str = "drafts") -> None:
         check_same_vocabulary(target, folder, str(cfg.target), str(draft))
 
 
-def check_source(source, what: str) -> None:
-    """A data source given as a config value: its files exist and parse."""
-    source = OmegaConf.to_container(source, resolve=True) if isinstance(source, DictConfig) else source
-    if not isinstance(source, dict):
-        raise UsageError(f"{what} must be a data source, got {source!r}. Fix: "
-                         f"'{what}={{kind: files, path: <answers>.jsonl, format: chat}}'.")
-    if source.get("kind", "builtin") == "files":
-        paths = sorted(glob.glob(str(Path(str(source.get("path"))).expanduser()))) or [source.get("path")]
-        for path in paths:
-            check_data_file(path, source.get("format", "text"), what)
-
-
 def check_speculate(cfg: DictConfig) -> None:
     """eval/speculate.py: every setting in range, the prompts, the models and the output folder."""
     check_eval_config(cfg)
@@ -297,15 +285,6 @@ def check_export(cfg: DictConfig) -> None:
         raise UsageError(f"dtype must be null, float32, bfloat16 or float16, got {cfg.dtype!r}.")
 
 
-def check_checkpoint_file(ckpt: Path) -> None:
-    """A torch checkpoint is a zip archive: one cut short has no central directory at its end."""
-    import zipfile
-
-    if ckpt.stat().st_size == 0 or not zipfile.is_zipfile(ckpt):
-        raise UsageError(f"ckpt_path: {ckpt} is not a complete checkpoint (empty, cut short or not a torch "
-                         "checkpoint). Fix: use another checkpoint of the run, e.g. its last.ckpt.")
-
-
 def check_generate(cfg: DictConfig) -> None:
     """scripts/generate_data.py."""
     from data.generated import PROMPT_SOURCES
@@ -351,7 +330,7 @@ def check_vllm_arms(cfg: DictConfig, gammas: list) -> None:
         raise UsageError(f"vllm must list plain, draft and/or ngram, got {bad}.")
     if not asked:
         return
-    from eval.vllm import vllm_bin
+    from eval.shared.vllm_server import vllm_bin
 
     try:
         vllm_bin(cfg.get("cache_dir"))
@@ -369,7 +348,7 @@ def check_vllm_arms(cfg: DictConfig, gammas: list) -> None:
 
 def check_vllm_engine(cfg: DictConfig) -> None:
     """engine=vllm: vLLM installed, and a KV cache and context that can hold a batch."""
-    from eval.vllm import vllm_bin
+    from eval.shared.vllm_server import vllm_bin
 
     try:
         vllm_bin(cfg.get("cache_dir"))
@@ -457,7 +436,7 @@ def check_prompt_lengths(cfg: DictConfig, tokenizer, target_folder, extra: int) 
 
 def check_export_gguf(cfg: DictConfig) -> None:
     """scripts/export_gguf.py."""
-    from eval.llamacpp import llamacpp_dir, spec_type_of
+    from eval.shared.gguf import llamacpp_dir, spec_type_of
 
     if cfg.type not in ("f16", "q8_0", "q4_k_m"):
         raise UsageError(f"type must be f16, q8_0 or q4_k_m, got {cfg.type!r}.")
@@ -472,7 +451,7 @@ def check_export_gguf(cfg: DictConfig) -> None:
 
 def check_bench_llamacpp(cfg: DictConfig) -> None:
     """scripts/bench_llamacpp.py."""
-    from eval.llamacpp import llamacpp_dir, spec_type_of
+    from eval.shared.gguf import llamacpp_dir, spec_type_of
 
     if not (llamacpp_dir(cfg.cache_dir) / "bin" / "llama-server").is_file():
         raise UsageError("llama.cpp is not built. Fix: make setup-llamacpp (a few minutes on 2 cores, once).")
@@ -498,7 +477,7 @@ def check_bench_llamacpp(cfg: DictConfig) -> None:
 
 def check_bench_vllm(cfg: DictConfig) -> None:
     """scripts/bench_vllm.py."""
-    from eval.vllm import vllm_bin
+    from eval.shared.vllm_server import vllm_bin
 
     try:
         vllm_bin(cfg.cache_dir)

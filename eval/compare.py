@@ -11,7 +11,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_compare
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("compare", check_compare)
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 
 # val/*: teacher-forced, and speculative decoding on the tune prompts during fit (curves); test/*: the final
 # speculative figures on the test prompts (train/callbacks.py)

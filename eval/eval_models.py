@@ -19,7 +19,7 @@ from decode.models.loading import (eos_token_ids, load_drafts, load_frozen, load
                                    special_token_ids)
 from eval.arms import tree_rows
 from eval.checks import ROUTER, check_prompt_lengths
-from eval.provenance import provenance
+from eval.shared.provenance import provenance
 
 log = logging.getLogger("draftsmith.eval")
 

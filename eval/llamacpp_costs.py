@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 
-from eval.llamacpp import llamacpp_bin, llamacpp_dir
+from eval.shared.gguf import llamacpp_bin, llamacpp_dir
 
 
 def tokens_per_step(accepted_per_proposed: float, gamma: int) -> float:

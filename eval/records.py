@@ -10,7 +10,7 @@ from decode.core.metrics import (acceptance, by_entropy, hardware_speedup, per_p
                                  theoretical_speedup, tree_acceptance)
 from decode.core.stats import bootstrap_speedup_ci, ratio_alpha_ci, ratio_of_sums_speedup
 from eval.hf_arms import PLAIN as HF_PLAIN
-from eval.server_process import first_difference
+from eval.shared.server_process import first_difference
 
 
 def intervals(spec: dict, base: dict, level: float) -> dict:

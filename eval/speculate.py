@@ -18,7 +18,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_speculate
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("speculate", check_speculate)
 
@@ -44,17 +44,17 @@ from decode.proposers.registry import PROPOSERS
 from decode.proposers.router import router_step_s, with_auto_off
 from eval.arms import (auto_tree, choose_auto, choose_tree, draft_settings, hf_arms, make_proposer, predicted_stop,
                        proposer_arms, tree_depths, tree_size, tune_set)
-from eval.card import best_by_domain, write_card, write_policy
+from eval.shared.card import best_by_domain, write_card, write_policy
 from eval.checks import LOOKUP, ROUTER, check_eval_config, thresholds_of
 from eval.engines import asked as asked_engines, plain_of, served_arms
 from eval.eval_models import Models, batched, load_models, run_conditions
 from eval.policy import auto_policy
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from eval.records import (VERDICTS, is_ours, make_engine_record, make_hf_record, make_record, verdict)
 from eval.reference import add_reference, reference_table
 from eval.report import grid_progress, markdown_table, partial_on_error, short, write_partial, write_report
 from eval.timing import Arm, timed_interleaved
-from eval.tracking import log_eval_to_wandb
+from eval.shared.tracking import log_eval_to_wandb
 
 log = logging.getLogger("draftsmith.eval")
 

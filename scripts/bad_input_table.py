@@ -430,7 +430,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from decode.models.loading import resolve
-    from eval.provenance import cpu_model
+    from eval.shared.provenance import cpu_model
 
     target_folder = Path(resolve(args.target))  # converts an embedded target once, before any case is timed
     rows = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_bench_decoder
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("bench_decoder", check_bench_decoder)
 
@@ -35,7 +35,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from decode.core.metrics import acceptance
 from decode.core.speculative import NoProposer, generate
 from decode.drafts.draft_vocab import restrict_vocab

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_bench_draft_quant
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("bench_draft_quant", check_bench_draft_quant)
 
@@ -33,7 +33,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from data.prompts import encode_prompt, load_prompts
 from data.token_ranking import head_ranking, rank_source, saved_ranking
 from decode.core.costs import cached_pass, decoding_context
@@ -48,7 +48,7 @@ from decode.kernels.runtime import setup_cpu
 from decode.core.speculative import NoProposer, generate
 from decode.core.stats import percentile_interval, ratio_alpha_ci
 from eval.acceptance import paired_difference
-from eval.provenance import provenance
+from eval.shared.provenance import provenance
 
 
 def check_config(cfg: DictConfig) -> None:

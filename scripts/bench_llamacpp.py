@@ -16,7 +16,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_bench_llamacpp
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("bench_llamacpp", check_bench_llamacpp)
 
@@ -33,10 +33,11 @@ from omegaconf import DictConfig
 from data.prompts import encode_prompt, load_prompts
 from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
 from decode.models.loading import load_tokenizer, resolve
-from eval.llamacpp import LlamaServer, gguf_of, llamacpp_dir, spec_type_of
-from eval.preflight import usage_errors
-from eval.server_process import first_difference
-from eval.provenance import cpu_model, provenance
+from eval.llamacpp import LlamaServer
+from eval.shared.gguf import gguf_of, llamacpp_dir, spec_type_of
+from eval.shared.preflight import usage_errors
+from eval.shared.server_process import first_difference
+from eval.shared.provenance import cpu_model, provenance
 from eval.report import grid_progress
 
 
@@ -129,8 +130,8 @@ def explain_differences(plain, records: list[dict], prompts: list, outputs: list
 
 def update_cards(records: list[dict], conditions: dict, cfg: DictConfig) -> None:
     """Each export folder among the drafts: its llama.cpp records into draftsmith.json and its model card re-rendered
-    (eval/card.py: the llama-server command drafts the best measured length)."""
-    from eval.card import write_card
+    (eval/shared/card.py: the llama-server command drafts the best measured length)."""
+    from eval.shared.card import write_card
 
     plain = {r["domain"]: r["tok_s"] for r in records if r["proposer"] == "plain"}
     for draft in dict.fromkeys(r["draft"] for r in records if r["draft"] != "none"):

@@ -28,7 +28,7 @@ from decode.kernels.runtime import setup_cpu
 from decode.kernels.timing import median_seconds_each
 from decode.models.loading import load_frozen
 from decode.proposers.tree import _tree_pass, compact_cache
-from eval.provenance import cpu_model, provenance
+from eval.shared.provenance import cpu_model, provenance
 
 NODES = [1, 2, 4, 8, 16, 32, 64]
 

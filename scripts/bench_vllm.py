@@ -4,7 +4,7 @@
     python scripts/bench_vllm.py drafts=[outputs/distill/<run>/export]          # the embedded 135M target
     python scripts/bench_vllm.py target=<folder> drafts=[<export>,<folder>] domains=[code,medical] n_prompts=8
 
-One `vllm serve` per setting (plain, each draft, n-gram drafting), all up at once (eval/vllm.py), every prompt going
+One `vllm serve` per setting (plain, each draft, n-gram drafting), all up at once (eval/shared/vllm_server.py), every prompt going
 to each in a rotating order; or, with `max_servers=1` (when one target's server is all memory holds), plain, then
 each setting, then plain again, one block of prompts each. Prompts go as token ids encoded with the target's chat
 template. Tokens/s are the API's generated tokens over each request's wall time; a speedup divides a setting's
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_bench_vllm
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("bench_vllm", check_bench_vllm)
 
@@ -35,10 +35,10 @@ from omegaconf import DictConfig
 from data.prompts import encode_prompt, load_prompts
 from decode.core.stats import bootstrap_speedup_ci, ratio_of_sums_speedup
 from decode.models.loading import load_tokenizer, resolve
-from eval.preflight import usage_errors
-from eval.server_process import first_difference
-from eval.provenance import cpu_model, provenance
-from eval.vllm import VERSION, VllmServer, draft_kind, speculative_config
+from eval.shared.preflight import usage_errors
+from eval.shared.server_process import first_difference
+from eval.shared.provenance import cpu_model, provenance
+from eval.shared.vllm_server import VERSION, VllmServer, draft_kind, speculative_config
 
 
 def settings(cfg: DictConfig) -> list[dict]:
@@ -159,8 +159,8 @@ def add_ours(cfg: DictConfig, records: list[dict], out: Path) -> None:
 
 def update_cards(records: list[dict], conditions: dict) -> None:
     """Each export folder among the drafts: its vLLM records into draftsmith.json, its model card re-rendered
-    (eval/card.py: the `vllm serve` line drafts the best measured number of tokens)."""
-    from eval.card import write_card
+    (eval/shared/card.py: the `vllm serve` line drafts the best measured number of tokens)."""
+    from eval.shared.card import write_card
 
     for draft in dict.fromkeys(r["draft"] for r in records if r["draft"] != "none"):
         folder = Path(resolve(draft))

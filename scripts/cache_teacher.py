@@ -9,7 +9,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_cache_teacher
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("cache_teacher", check_cache_teacher)
 
@@ -18,7 +18,7 @@ import logging
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from data.datamodule import DistillDataModule
 from decode.models.loading import load_frozen, load_tokenizer
 from decode.kernels.runtime import setup_cpu

@@ -20,7 +20,6 @@ from pathlib import Path
 def convert_shard(src: Path, dst: Path, aux_groups: int) -> dict[str, float]:
     """One float16 shard rewritten as int8 + scales into `dst` (atomically); the relative error of each key."""
     import datasets
-    import torch
 
     from data.atomic import temp_dir
     from train.feature_storage import SCALE, dequantize_rows, stored

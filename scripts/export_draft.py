@@ -10,15 +10,15 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_export
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("export_draft", check_export)
 
 import hydra
 from omegaconf import DictConfig
 
-from eval.preflight import usage_errors
-from train.export import export_checkpoint
+from eval.shared.preflight import usage_errors
+from eval.shared.export import export_checkpoint
 
 
 @hydra.main(config_path="../conf", config_name="export_draft", version_base="1.3")

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_export_gguf
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("export_gguf", check_export_gguf)
 
 import hydra
 from omegaconf import DictConfig
 
-from eval.preflight import usage_errors
-from eval.llamacpp import export_gguf
+from eval.shared.preflight import usage_errors
+from eval.shared.gguf import export_gguf
 
 
 @hydra.main(config_path="../conf", config_name="export_gguf", version_base="1.3")

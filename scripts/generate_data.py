@@ -11,14 +11,14 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from eval.checks import check_generate
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("generate_data", check_generate)
 
 import hydra
 from omegaconf import DictConfig
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from train.teacher_data import generate_store
 
 

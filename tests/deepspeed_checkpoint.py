@@ -14,7 +14,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from train.export import draft_from_checkpoint  # noqa: E402
+from eval.shared.export import draft_from_checkpoint  # noqa: E402
 
 
 def main(ckpt_path: str, out: str, expected: str) -> None:

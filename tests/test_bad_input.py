@@ -24,7 +24,7 @@ import bad_input_table as table  # noqa: E402
 sys.path.pop(0)
 
 from data.checks import UsageError  # noqa: E402
-from eval.preflight import preflight  # noqa: E402
+from eval.shared.preflight import preflight  # noqa: E402
 
 IN_PROCESS = [c for c in table.CASES if not c.opens_model_files]
 
@@ -138,7 +138,7 @@ def test_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path, ca
 def test_an_export_interrupted_while_replacing_the_old_one_gets_the_old_one_back(tmp_path, tiny_target_dir, caplog):
     from transformers import AutoModelForCausalLM
 
-    from train.export import write_hf_folder
+    from eval.shared.export import write_hf_folder
 
     out = tmp_path / "export"
     (tmp_path / ".export.old").mkdir()  # the kill came between moving the old export aside and the new one in

@@ -137,7 +137,7 @@ def test_bad_batch_settings_fail_before_loading(tmp_path, extra, match):
 
 
 def test_the_card_names_the_largest_batch_where_speculation_still_pays():
-    from eval.card import _batch_lines
+    from eval.shared.card import _batch_lines
 
     rows = [{"domain": "medical", "temperature": 0.0, "gamma": 3, "batch_size": b, "speedup": x, "speedup_ci": ci,
              "device": "cpu", "threads": 2} for b, x, ci in ((1, 1.6, [1.5, 1.7]), (2, 1.38, [1.3, 1.45]),

@@ -72,7 +72,7 @@ def test_a_zero2_checkpoint_folder_consolidates_and_exports(tmp_path, tiny_targe
     pytest.importorskip("deepspeed", reason="optional: pip install --no-build-isolation deepspeed==0.19.8")
     from transformers import AutoModelForCausalLM
 
-    from train.export import export_checkpoint
+    from eval.shared.export import export_checkpoint
 
     _run(tmp_path, tiny_target_dir, text_file, "plain")
     folder, expected = tmp_path / "last.ckpt", tmp_path / "expected.pt"

@@ -176,7 +176,7 @@ def test_export_round_trip_in_the_speculators_eagle3_layout(tmp_path, target):
 
 
 def test_a_card_serves_it_as_eagle3():
-    from eval.card import render
+    from eval.shared.card import render
 
     card = render({"draft_kind": "eagle3", "target": "my/target", "evaluations": []}, "x")
     assert '"method": "eagle3"' in card and "--speculative-algorithm EAGLE3" in card
@@ -190,7 +190,7 @@ def test_eagle3_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_
     from test_train import tiny_cfg
 
     from train.distill import train
-    from train.export import export_checkpoint
+    from eval.shared.export import export_checkpoint
     from data.teacher_cache_files import DONE, cache_aux_layers
 
     _train_export_and_measure(tmp_path, tiny_target_dir, text_file, "eagle3", "model.draft.unroll_steps=2",
@@ -213,7 +213,7 @@ def test_eagle3_trains_exports_and_is_measured_end_to_end(tmp_path, tiny_target_
 
 def test_the_exported_draft_vocabulary_is_the_trained_one():
     from decode.drafts.draft_vocab import kept_ids
-    from train.export import _export_kept_ids
+    from eval.shared.export import _export_kept_ids
 
     meta = {"draft_vocab": {"size": 5, "ranking": [9, 8, 7, 6, 5, 4], "special_ids": [0, 2]},
             "generation_config": {"eos_token_id": 2}}

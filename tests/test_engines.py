@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import eval.engines
+import eval.shared.vllm_server
 import eval.vllm
 from eval.engines import Setting, plain_of
 
@@ -67,7 +68,7 @@ def test_vllm_arms_run_in_speculate_s_interleaved_run_over_vllm_plain(tmp_path, 
     from eval.speculate import evaluate
 
     monkeypatch.setattr(eval.vllm, "VllmServer", FakeVllmServer)
-    monkeypatch.setattr(eval.vllm, "vllm_bin", lambda cache_dir=None: sys.executable)
+    monkeypatch.setattr(eval.shared.vllm_server, "vllm_bin", lambda cache_dir=None: sys.executable)
     FakeVllmServer.started = []
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [tiny_draft_dir], "gamma=[2]", "domains=[code]",
                                 "vllm=[draft,ngram]"))

@@ -88,7 +88,7 @@ def test_a_crash_mid_grid_keeps_the_records_measured_so_far(tmp_path, tiny_targe
 
 def test_update_card_appends_measurements(tmp_path, tiny_target_dir, tiny_draft_dir):
     import shutil
-    from eval.card import write_card
+    from eval.shared.card import write_card
 
     folder = tmp_path / "draft"
     shutil.copytree(tiny_draft_dir, folder)
@@ -274,7 +274,7 @@ def test_compare_shows_the_off_the_shelf_draft_as_the_reference(tmp_path):
 
 
 def test_card_snippets_use_the_best_measured_gamma():
-    from eval.card import render
+    from eval.shared.card import render
 
     def ev(gamma, speedup):
         return {"domain": "general", "gamma": gamma, "temperature": 0.0, "alpha": 0.3, "tau": 1.3,
@@ -301,7 +301,7 @@ def test_card_snippets_use_the_best_measured_gamma():
 
 
 def test_card_names_the_domains_where_speculation_lost():
-    from eval.card import best_by_domain, losing_domains, render
+    from eval.shared.card import best_by_domain, losing_domains, render
 
     def ev(domain, gamma, speedup):
         return {"domain": domain, "gamma": gamma, "temperature": 0.0, "alpha": 0.3, "tau": 1.3, "speedup": speedup}
@@ -415,7 +415,7 @@ def test_bad_proposer_settings_fail_before_loading(tmp_path, extra, match):
 
 
 def test_card_says_when_the_serving_target_is_not_the_weights_measured():
-    from eval.card import render, serving_target_of
+    from eval.shared.card import render, serving_target_of
 
     target, caveat = serving_target_of("embedded:smollm2-135m-instruct")
     assert target == "HuggingFaceTB/SmolLM2-135M-Instruct"

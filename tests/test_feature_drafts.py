@@ -387,7 +387,7 @@ def test_a_training_step_moves_only_the_draft_and_lowers_its_loss(target, kind, 
 
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])
 def test_the_card_of_a_feature_draft_serves_it_as_one(kind):
-    from eval.card import render
+    from eval.shared.card import render
 
     card = render({"draft_kind": kind, "target": "my/target", "evaluations": []}, "x")
     assert f'"method": "{kind}"' in card and "assistant_model=draft" not in card

@@ -64,6 +64,19 @@ def test_data_and_decode_import_nothing_above_them():
             assert not [m for m in imports if m.startswith("data")], f"{name} imports data/"
 
 
+def test_shared_infrastructure_imports_no_evaluation_and_training_imports_only_it_from_eval():
+    """eval/shared is what train/ and eval/ share (eval/shared/__init__.py): it imports data/, decode/ and itself;
+    train/ imports nothing else of eval/, so training never imports evaluation."""
+    for name, imports in graph().items():
+        if name.startswith("eval.shared"):
+            other = sorted(m for m in imports if m.split(".")[0] not in ("data", "decode")
+                           and not m.startswith("eval.shared"))
+            assert not other, f"{name} imports {other}: eval/shared imports only data/, decode/ and itself"
+        if name.split(".")[0] == "train":
+            evaluation = sorted(m for m in imports if m.split(".")[0] == "eval" and not m.startswith("eval.shared"))
+            assert not evaluation, f"{name} imports {evaluation}: train/ may import eval/shared only"
+
+
 def test_decode_subpackages_import_one_way():
     for name, imports in graph().items():
         parts = name.split(".")

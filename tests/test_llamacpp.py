@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.llamacpp import LlamaServer, llamacpp_bin
+from eval.llamacpp import LlamaServer
+from eval.shared.gguf import llamacpp_bin
 
 FAKE = r'''#!{python}
 import json, sys
@@ -40,7 +41,7 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 @pytest.fixture
 def fake_llamacpp(tmp_path, monkeypatch):
-    from eval.llamacpp import VERSION
+    from eval.shared.gguf import VERSION
 
     bin_dir = tmp_path / "llama.cpp" / VERSION / "bin"
     bin_dir.mkdir(parents=True)
@@ -175,8 +176,8 @@ open(args[args.index("--outfile") + 1], "wb").write(b"GGUF")
 def test_gguf_export_of_a_standalone_and_of_an_eagle3_draft_and_what_llamacpp_cannot_serve(fake_llamacpp):
     """Standalone exports convert as they are and draft with draft-simple; an EAGLE-3 export (speculators layout)
     converts with its target's folder and drafts with draft-eagle3; Medusa has no llama.cpp form: a usage error."""
-    from eval.llamacpp import VERSION, export_gguf, spec_type_of
-    from eval.preflight import UsageError
+    from eval.shared.gguf import VERSION, export_gguf, spec_type_of
+    from eval.shared.preflight import UsageError
 
     root = fake_llamacpp / "llama.cpp" / VERSION
     argfile = fake_llamacpp / "convert-args.json"
@@ -214,7 +215,7 @@ def test_the_card_serves_the_draft_in_llamacpp_at_its_best_measured_length(tmp_p
         sys.path.pop(0)
     from omegaconf import OmegaConf
 
-    from eval.card import render
+    from eval.shared.card import render
 
     before = render({"target": "t", "evaluations": [{"gamma": 3, "speedup": 1.5, "alpha": 0.6, "tau": 2.0}]}, "x")
     assert "--spec-type draft-simple" in before and "--spec-draft-n-max 3" in before

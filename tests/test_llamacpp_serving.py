@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.llamacpp import LlamaServer, export_gguf, gguf_of, llamacpp_dir, spec_type_of
+from eval.llamacpp import LlamaServer
+from eval.shared.gguf import export_gguf, gguf_of, llamacpp_dir, spec_type_of
 
 TARGET = "embedded:smollm2-135m-instruct"
 pytestmark = pytest.mark.integration

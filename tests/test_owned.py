@@ -31,7 +31,7 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 
 def test_an_export_lists_its_files_and_overwrite_replaces_it(tmp_path, tiny_model):
-    from train.export import write_hf_folder
+    from eval.shared.export import write_hf_folder
 
     out = write_hf_folder(tiny_model, {}, tmp_path / "export")
     listed = json.loads((out / "draftsmith.json").read_text())["export_files"]
@@ -44,7 +44,7 @@ def test_an_export_lists_its_files_and_overwrite_replaces_it(tmp_path, tiny_mode
 
 @pytest.mark.parametrize("foreign", ["notes.txt", "sub/data.csv", "checkpoints/last.ckpt", "summary.json"])
 def test_overwrite_never_deletes_a_file_no_export_wrote(tmp_path, tiny_model, foreign):
-    from train.export import write_hf_folder
+    from eval.shared.export import write_hf_folder
 
     out = write_hf_folder(tiny_model, {}, tmp_path / "export")
     (out / foreign).parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,7 @@ def test_overwrite_never_deletes_a_file_no_export_wrote(tmp_path, tiny_model, fo
 
 
 def test_overwrite_never_replaces_a_folder_that_is_not_an_export(tmp_path, tiny_model):
-    from train.export import write_hf_folder
+    from eval.shared.export import write_hf_folder
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -67,7 +67,7 @@ def test_overwrite_never_replaces_a_folder_that_is_not_an_export(tmp_path, tiny_
 
 
 def test_no_export_replaces_the_folder_holding_its_checkpoint_or_run(tmp_path):
-    from train.export import export_checkpoint
+    from eval.shared.export import export_checkpoint
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -164,7 +164,7 @@ def test_auto_resume_passes_over_a_last_checkpoint_cut_short(tmp_path, caplog):
 def test_the_trainer_arguments_a_run_may_add_are_lightnings():
     import lightning as L
 
-    from eval.preflight import TRAINER_ARGS
+    from eval.shared.preflight import TRAINER_ARGS
 
     ours = {"self", "callbacks", "logger", "plugins", "default_root_dir", "enable_progress_bar"}
     assert set(TRAINER_ARGS) == set(inspect.signature(L.Trainer.__init__).parameters) - ours

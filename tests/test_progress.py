@@ -55,3 +55,18 @@ def test_a_task_stuck_in_one_long_batch_still_prints_on_the_clock():
     after = out.getvalue()
     time.sleep(0.2)  # the heartbeat stops with the block
     assert out.getvalue() == after
+
+
+def test_a_resumed_run_s_time_left_is_at_the_rate_of_work_done_now(monkeypatch):
+    """Work found done (kept shards of a resumed cache) counts toward done, not toward the rate."""
+    now = [0.0]
+    monkeypatch.setattr("data.progress.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    with LineProgress(every_s=60, stream=out) as progress:
+        task = progress.add_task("caching", total=1000)
+        progress.update(task, advance=700, kept=True)  # found on disk at once
+        now[0] += 60
+        progress.update(task, advance=10)  # 10 a minute now: 290 left is 29 minutes
+        assert progress.line(task) == "caching: 710/1000 (71%), 0:01:00 spent, 0:29:00 left"
+    with progress_bar(live=True) as live:  # rich takes the same call (kept is one more field to it)
+        live.update(live.add_task("caching", total=10), advance=3, kept=True)

@@ -42,7 +42,7 @@ def test_prompts_must_match():
 
 
 def test_wandb_shows_the_off_the_shelf_draft_as_the_reference():
-    from eval.tracking import eval_summary
+    from eval.shared.tracking import eval_summary
     from train.loggers import reference_summary
 
     records = [{**rec("embedded:0.5b", [2.0, 2.0], 0.7), "tau": 2.1}, {**rec("outputs/run/export", [1.0, 1.0], 0.8), "tau": 2.4}]

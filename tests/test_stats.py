@@ -1,4 +1,4 @@
-"""Intervals across prompts (decode/core/stats.py) and provenance (eval/provenance.py)."""
+"""Intervals across prompts (decode/core/stats.py) and provenance (eval/shared/provenance.py)."""
 
 import random
 
@@ -69,7 +69,7 @@ def test_bad_inputs_fail_clearly():
 
 
 def test_provenance_names_the_code_the_machine_and_the_exact_weights(tmp_path):
-    from eval.provenance import git_state, provenance, target_weights, weights_hash
+    from eval.shared.provenance import git_state, provenance, target_weights, weights_hash
 
     state = git_state()
     assert len(state["commit"]) == 40 and isinstance(state["dirty"], bool)

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import CONF, make_model
 from train.distill import train
-from train.export import draft_from_checkpoint, export_checkpoint, read_checkpoint
+from eval.shared.export import draft_from_checkpoint, export_checkpoint, read_checkpoint
 from train.losses import LossSettings
 from train.module import DistillModule, loss_mask, warmup_cosine
 
@@ -164,7 +164,7 @@ def test_corrupted_checkpoint_fails_clearly(tmp_path):
 
 def test_wandb_without_key_or_network_logs_offline_and_never_crashes(tmp_path, tiny_target_dir, text_file,
                                                                       monkeypatch):
-    from eval.tracking import offline_summary
+    from eval.shared.tracking import offline_summary
     from train.loggers import wandb_mode
 
     monkeypatch.delenv("WANDB_MODE", raising=False)

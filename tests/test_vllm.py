@@ -1,4 +1,4 @@
-"""vLLM as an engine (eval/vllm.py): how each kind of draft is served, where vLLM's counters are read, and (in the
+"""vLLM as an engine (eval/shared/vllm_server.py, eval/vllm.py): how each kind of draft is served, where vLLM's counters are read, and (in the
 integration suite, where `make setup-vllm` has run) a real `vllm serve` with a draft, greedy output identical to
 vLLM plain."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.vllm import VllmServer, draft_kind, speculative_config, vllm_bin
+from eval.shared.vllm_server import VllmServer, draft_kind, speculative_config, vllm_bin
 
 
 def test_each_kind_of_export_is_served_the_way_vllm_names_it(tmp_path):
@@ -73,7 +73,7 @@ def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path):
 
 
 def test_the_card_serves_the_measured_draft_length_in_vllm_or_says_it_was_not_measured():
-    from eval.card import _vllm_lines
+    from eval.shared.card import _vllm_lines
 
     unmeasured = "\n".join(_vllm_lines({}, 4, "draft_model", "org/target"))
     assert "Not measured in vLLM" in unmeasured and '"num_speculative_tokens": 4' in unmeasured

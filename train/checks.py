@@ -1,5 +1,5 @@
 """What train/distill.py accepts, checked before a model loads: its settings (`check_config`) and its inputs
-(`check_inputs`: the target and draft files, data files, writable folders). eval/preflight.py runs `check_distill`
+(`check_inputs`: the target and draft files, data files, writable folders). eval/shared/preflight.py runs `check_distill`
 from the command line, before torch and Lightning load; train() runs it again when called from Python. Light
 imports only.
 """
@@ -11,11 +11,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from data.checks import UsageError, check_data_file, list_value, number_in, writable_dir
+from data.checks import (UsageError, check_checkpoint_file, check_data_file, check_source, list_value, number_in,
+                         writable_dir)
 from data.owned import check_not_in_use, check_replaceable, is_rank_zero
+from data.prompts import DOMAINS
 from decode.drafts.kinds import FEATURE_KINDS
-from eval.checks import DOMAINS, check_checkpoint_file, check_source
-from eval.preflight import check_dtype, check_same_vocabulary, check_trainer_device, model_folder
+from eval.shared.preflight import check_dtype, check_same_vocabulary, check_trainer_device, model_folder
 from train.checkpoint_meta import auto_resume, checkpoint_meta, shape_differences
 from train.scaling import is_fsdp
 from train.stores import generated_stores
@@ -164,7 +165,7 @@ def check_lora(lora: DictConfig) -> None:
 
 def check_lora_modules(lora: DictConfig, folder: Path | None, name: str) -> None:
     """Every lora.target_modules name is a layer of the model being adapted (its weights' tensor names)."""
-    from eval.preflight import weight_names
+    from eval.shared.preflight import weight_names
 
     if not lora.enabled or folder is None:
         return
@@ -277,7 +278,7 @@ def check_generated_data(cfg: DictConfig) -> None:
     if engine not in ("generate", "speculative", "vllm"):
         raise UsageError(f"data.generate.engine must be generate, speculative or vllm, got {engine!r}.")
     if engine == "vllm":
-        from eval.vllm import vllm_bin
+        from eval.shared.vllm_server import vllm_bin
 
         try:
             vllm_bin(cfg.paths.cache_dir)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # bad input ends here in about a second (one line, exit 2), before torch loads
     from train.checks import check_distill
-    from eval.preflight import preflight
+    from eval.shared.preflight import preflight
 
     preflight("distill", check_distill)
 
@@ -30,7 +30,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from eval.preflight import usage_errors
+from eval.shared.preflight import usage_errors
 from data.owned import is_rank_zero, run_lock
 from data.datamodule import DistillDataModule
 from data.prompts import DOMAINS, encode_prompt, load_prompts
@@ -39,17 +39,17 @@ from decode.drafts.feature_drafts import is_feature_draft
 from decode.drafts.kinds import FEATURE_KINDS
 from decode.models.loading import check_same_vocab, load_frozen, load_tokenizer, special_token_ids
 from decode.kernels.runtime import peak_rss_gb, setup_cpu
-from eval.provenance import provenance
+from eval.shared.export import export_checkpoint, tokenizer_files
+from eval.shared.lora import add_lora, lora_settings
+from eval.shared.provenance import provenance
 from train.drafts import build_draft
 from train.callbacks import LastFitValidation, SpeculativeEval
-from train.export import export_checkpoint, tokenizer_files
 from train.loggers import build_loggers, finish_wandb, run_name_and_tags
 from train.checkpointing import (AtomicCheckpointIO, FlushLogsAtCheckpoints, PeriodicLastCheckpoint, atomic_file,
                                  check_free_disk, checkpoint_bytes, checkpoint_step, final_weights_win, find_resume,
                                  load_before, weight_bytes)
 from train.checks import check_config, check_inputs
 from train.stores import generated_stores
-from train.lora import add_lora, lora_settings
 from train.scaling import is_fsdp, trainer_kwargs
 from train.losses import LossSettings
 from train.module import DistillModule, OptimSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger
 
-from eval.tracking import wandb_mode
+from eval.shared.tracking import wandb_mode
 
 log = logging.getLogger(__name__)
 

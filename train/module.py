@@ -2,7 +2,7 @@
 
 The target is registered as a submodule (so strategies such as FSDP can shard it) but it is frozen, kept
 in eval mode, and stripped from every checkpoint: a checkpoint holds the draft, its config and the
-tokenizer files, enough to export it alone (train/export.py).
+tokenizer files, enough to export it alone (eval/shared/export.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import lightning as L
 import torch
 
-from train.export import CHECKPOINT_KEY as _META
+from eval.shared.export import CHECKPOINT_KEY as _META
 from train.onpolicy import draft_continuations, is_onpolicy_step
 from train.train_vocab import kept_head, remap
 from decode.drafts.feature_drafts import final_hidden as model_hidden, is_feature_draft

@@ -128,7 +128,7 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
         with progress_bar() as progress:
             bar = progress.add_task(f"caching the target's {what} ({split} blocks)", total=len(blocks))
             cache_split(target, blocks, out / split, top_k, batch_size, shard_blocks, aux_layers,
-                        lambda k: progress.advance(bar, k), storage)
+                        lambda k, kept: progress.update(bar, advance=k, kept=kept), storage)
     extra = {"aux_layers": list(aux_layers)} if aux_layers else {}
     extra.update({"storage": storage} if top_k is None else {})
     (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
@@ -163,15 +163,15 @@ def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: l
 
 def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, shard_blocks: int,
                 aux_layers: list[int] | None, advance, storage: str = "float16") -> None:
-    """One split's shards of `shard_blocks` blocks each under `out`; a shard already there is kept. `advance(k)`
-    counts blocks done."""
+    """One split's shards of `shard_blocks` blocks each under `out`; a shard already there is kept. `advance(k, kept)`
+    counts blocks done (kept: found on disk, not computed now)."""
     import datasets
 
     n = len(blocks)
     for start in range(0, n, shard_blocks):
         shard_dir = out / f"{start:08d}"
         if shard_dir.is_dir():  # written atomically: present means complete
-            advance(min(start + shard_blocks, n) - start)
+            advance(min(start + shard_blocks, n) - start, True)
             continue
         rows: dict[str, list] = {}
         for b in range(start, min(start + shard_blocks, n), batch_size):
@@ -182,7 +182,7 @@ def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, s
                         else topk_of_target(target, ids, top_k))
             for key, value in computed.items():
                 rows.setdefault(key, []).extend(v.cpu().numpy() for v in value)
-            advance(len(ids))
+            advance(len(ids), False)
         tmp = temp_dir(out.parent, "shard")  # a dead run's half-written shards go first
         try:
             datasets.Dataset.from_dict(rows).save_to_disk(str(tmp))

@@ -1,5 +1,5 @@
 """The data engine `engine=vllm` of scripts/generate_data.py: the target's answers from a real `vllm serve`
-(eval/vllm.py), one request per batch of prompts, which vLLM decodes together (continuous batching, up to
+(eval/shared/vllm_server.py), one request per batch of prompts, which vLLM decodes together (continuous batching, up to
 `batch_size` sequences at once). Prompts go as token ids made with the target's chat template, and the tokens that
 come back are decoded with the same tokenizer as the other engines, so a store written by any engine has the same
 format and can be continued by another."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from eval.vllm import VllmServer
+from eval.shared.vllm_server import VllmServer
 
 
 def vllm_server(cfg: DictConfig, out: Path) -> VllmServer:

@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from eval.llamacpp_costs import pass_seconds  # noqa: E402
-from eval.provenance import provenance  # noqa: E402
+from eval.shared.provenance import provenance  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("DRAFTSMITH_CACHE", os.path.expanduser("~/.cache/draftsmith")))

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from data.generated import done_prompts  # noqa: E402
 from decode.models.loading import load_frozen, load_tokenizer  # noqa: E402
-from eval.provenance import provenance  # noqa: E402
+from eval.shared.provenance import provenance  # noqa: E402
 from train.teacher_data import generate_store  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

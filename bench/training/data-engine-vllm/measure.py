@@ -95,7 +95,7 @@ def main():
     for r in rows:
         r["over_today"] = r["answers_per_hour"] / rows[0]["answers_per_hour"]
         r["rounds_over_today"] = [a / b for a, b in zip(r["rounds"], rows[0]["rounds"])]
-    from eval.provenance import provenance
+    from eval.shared.provenance import provenance
     out = {"conditions": {"target": TARGET, "domain": DOMAIN, "prompts": ROUNDS * PER_ROUND, "rounds": ROUNDS,
                           "max_new_tokens": NEW_TOKENS, "temperature": 0.0, "cpu": platform.processor(),
                           "cores": os.cpu_count(), "repository_store": str(REPO_STORE),

@@ -20,7 +20,7 @@ from decode.drafts.feature_drafts import is_feature_draft
 from decode.drafts.kinds import FEATURE_KINDS, kind_of_draft
 from decode.drafts.feature_export import feature_draft_from_config
 from decode.drafts.feature_export import write_feature_weights
-from eval.card import write_card
+from eval.shared.card import write_card
 
 log = logging.getLogger("draftsmith.export")
 
@@ -76,7 +76,7 @@ def draft_from_checkpoint(ckpt: dict):
     config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if meta.get("lora"):  # LoRA-trained: rebuild the adapters, load, then merge them into plain weights
-        from train.lora import add_lora, merge_lora
+        from eval.shared.lora import add_lora, merge_lora
 
         model = add_lora(model, meta["lora"])
         model.load_state_dict(state, strict=True)

@@ -389,7 +389,7 @@ def write_card(export_dir: str | os.PathLike, new_evaluations: list[dict] | None
     elif info.get("evaluations"):
         gamma, threshold, _ = serving_gamma(info["evaluations"])
         set_assistant_gamma(folder, gamma, threshold)
-    from eval.provenance import weights_hash
+    from eval.shared.provenance import weights_hash
 
     card = folder / "README.md"
     tmp = folder / ".README.md.tmp"

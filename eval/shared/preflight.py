@@ -24,7 +24,7 @@ from data.checks import UsageError
 from decode.drafts.kinds import feature_kind_of
 
 EXIT_USAGE = 2
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-m", "--multirun", "-p", "--package",
                "--resolve", "--shell-completion", "-sc", "--version", "--config-path", "-cp", "--config-name", "-cn",
                "--config-dir", "-cd", "--experimental-rerun")

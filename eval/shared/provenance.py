@@ -9,7 +9,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def git_state(repo: Path = REPO) -> dict:
