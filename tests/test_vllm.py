@@ -1,6 +1,6 @@
-"""vLLM as an engine (eval/shared/vllm_server.py, eval/vllm.py): how each kind of draft is served, where vLLM's counters are read, and (in the
-integration suite, where `make setup-vllm` has run) a real `vllm serve` with a draft, greedy output identical to
-vLLM plain."""
+"""vLLM as an engine (eval/shared/vllm_server.py, eval/vllm.py): how each kind of draft is served, where vLLM's
+counters are read, and (in the integration suite, where `make setup-vllm` has run) a real `vllm serve` with a draft,
+greedy output identical to vLLM plain."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from eval.shared.vllm_server import VllmServer, draft_kind, speculative_config, vllm_bin
 
@@ -70,6 +71,36 @@ def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path):
         a, b = plain.completion(prompt, 24), spec.completion(prompt, 24)
     assert a.text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted
     assert b.accepted / (b.accepted + b.rejected) >= 0.9
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+def test_vllm_serves_an_eagle3_export_as_eagle3_with_plains_greedy_output(tmp_path):
+    """An EAGLE-3 export of the embedded 135M target (untrained: it accepts little, but must never change the
+    output) loads in vLLM as `eagle3` and drafts, with Intel's OpenMP preloaded as vLLM's CPU guide asks."""
+    from data.prompts import encode_prompt
+    from decode.drafts.eagle3 import Eagle3Draft
+    from decode.drafts.feature_export import write_feature_weights
+    from decode.models.loading import load_frozen, load_tokenizer, resolve
+
+    name = "embedded:smollm2-135m-instruct"
+    target = load_frozen(name)
+    torch.manual_seed(0)
+    draft = Eagle3Draft.from_target(target)
+    folder = tmp_path / "eagle3"
+    folder.mkdir()
+    write_feature_weights(draft, folder, name, list(target.config.architectures or []), gamma=3)
+    (folder / "draftsmith.json").write_text(json.dumps({"draft_kind": "eagle3", "draft_config": draft.config_dict()}))
+    spec = speculative_config("draft", folder, 3)
+    assert spec["method"] == "eagle3"
+    prompt = encode_prompt(load_tokenizer(str(resolve(name))), "Write a function that adds two numbers.")
+    with VllmServer(resolve(name), None, 1024, log=tmp_path / "plain.log") as plain:
+        a = plain.completion(prompt, 24)
+    with VllmServer(resolve(name), spec, 1024, log=tmp_path / "spec.log") as server:
+        assert "libiomp5" in server.env["LD_PRELOAD"]
+        b = server.completion(prompt, 24)
+    assert a.text == b.text and b.drafted > 0
+    assert "Eagle3" in (tmp_path / "spec.log").read_text()
 
 
 def test_the_card_serves_the_measured_draft_length_in_vllm_or_says_it_was_not_measured():

@@ -55,6 +55,15 @@ def vllm_bin(cache_dir=None) -> Path:
     return path
 
 
+def preload(python: Path) -> str:
+    """LD_PRELOAD for `vllm serve`: Intel's OpenMP from vLLM's environment when it has one, as vLLM's CPU guide asks
+    (without it vLLM warns that speculative decoding loses much of its speed); the caller's own LD_PRELOAD wins."""
+    if os.environ.get("LD_PRELOAD") is not None:
+        return os.environ["LD_PRELOAD"]
+    found = [lib for lib in (Path(python).parent.parent / "lib" / "libiomp5.so",) if lib.is_file()]
+    return ":".join(str(lib) for lib in found)
+
+
 def draft_kind(folder) -> str:
     """What draftsmith.json says the export is: a feature-draft kind, or standalone (a causal LM folder)."""
     return serving_kind_of(folder).name
@@ -114,7 +123,8 @@ class VllmServer:
                  max_num_seqs: int = 1, kv_cache_gb: float | None = None):
         self.port = free_port()
         self.log = Path(log) if log else None
-        args = [str(vllm_bin(cache_dir)), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1",
+        python = vllm_bin(cache_dir)
+        args = [str(python), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1",
                 "--port", str(self.port),
                 "--max-model-len", str(max_model_len), "--seed", str(seed), "--max-num-seqs", str(max_num_seqs),
                 "--dtype", "float32", "--generation-config", "vllm"]  # no sampling defaults from the folder
@@ -122,7 +132,8 @@ class VllmServer:
             args += ["--speculative-config", json.dumps(spec)]
         self.args = args + list(extra or [])
         cpu_env = {**CPU_ENV, **({"VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gb:g}"} if kv_cache_gb else {})}
-        self.env = {**os.environ, **cpu_env, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+        self.env = {**os.environ, **cpu_env, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+                    "LD_PRELOAD": preload(python)}
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.model = str(model)
