@@ -129,7 +129,7 @@ def table(rows: list[dict], paired: list[dict]) -> str:
 
 def run(cfg: DictConfig) -> list[dict]:
     check_config(cfg)
-    setup_cpu(cfg.threads)
+    setup_cpu(cfg.threads, cfg.get("keep_freed_memory", True))
     tokenizer = load_tokenizer(cfg.target)
     target = load_frozen(cfg.target, dtype=cfg.dtype)
     drafts = load_drafts(cfg.drafts, tokenizer, target, cfg.target, dtype=cfg.dtype)
