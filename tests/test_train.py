@@ -40,7 +40,7 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     # spec_eval decodes with an int8 copy of the draft with a cut head: the checkpoint and export must stay as trained
     summary = train(tiny_cfg(tmp_path, tiny_target_dir, text_file, "spec_eval.draft_quant=int8",
                              "spec_eval.draft_vocab=64", "spec_eval.gamma=3", "spec_eval.confidence_threshold=0.1",
-                             "spec_eval.domain=[general,code]"))
+                             "spec_eval.domain=[general,code]", "checkpoint.keep_steps=[2]"))
     run = tmp_path / "run"
     assert summary["steps"] == 3
     assert json.loads((run / "summary.json").read_text())["export"] == str(run / "export")
@@ -78,6 +78,11 @@ def test_fit_checkpoint_and_export_round_trip(tmp_path, tiny_target_dir, text_fi
     export_checkpoint(run / "checkpoints" / "last.ckpt", run / "export", overwrite=True)
     # a later export from the checkpoint alone (scripts/export_draft.py) keeps the run's name on its card
     assert (run / "export" / "README.md").read_text().startswith(f"# {summary['run_name']}: ")
+    # a kept step (checkpoint.keep_steps: a learning-curve point) exports as well: weights and run meta, no optimizer
+    kept = read_checkpoint(run / "checkpoints" / "step-2.ckpt")
+    assert kept["global_step"] == 2 and not kept.get("optimizer_states")
+    export_checkpoint(run / "checkpoints" / "step-2.ckpt", tmp_path / "step-2")
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "step-2").config.num_hidden_layers == 2
 
 
 def test_best_checkpoint_by_alpha(tmp_path, tiny_target_dir, text_file):

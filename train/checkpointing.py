@@ -60,14 +60,19 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class PeriodicLastCheckpoint(Callback):
-    """Write <dir>/last.ckpt every `every_n_steps` optimizer steps, so a crash loses at most that many."""
+    """Write <dir>/last.ckpt every `every_n_steps` optimizer steps, so a crash loses at most that many; and at each
+    of `keep_steps` the weights as <dir>/step-<N>.ckpt, kept (the points of a learning curve)."""
 
-    def __init__(self, dirpath: str | os.PathLike, every_n_steps: int):
+    def __init__(self, dirpath: str | os.PathLike, every_n_steps: int, keep_steps=()):
         self.path = Path(dirpath) / LAST
         self.every = every_n_steps
+        self.keep = {int(s) for s in keep_steps or ()}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
+        kept = self.path.with_name(f"step-{step}.ckpt")
+        if step in self.keep and not kept.exists():
+            trainer.save_checkpoint(kept, weights_only=True)  # the draft's weights and run meta: enough to export
         if self.every > 0 and step > 0 and step % self.every == 0 and getattr(self, "_saved", -1) != step:
             self._saved = step
             trainer.save_checkpoint(self.path, weights_only=False)  # full state: resumable (and no Lightning notice)

@@ -91,6 +91,9 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.checkpoint.monitor not in ("val/expected_accept", "val/top1_agree", "val/alpha"):
         raise UsageError(f"checkpoint.monitor must be val/expected_accept, val/top1_agree or val/alpha, "
                          f"got '{cfg.checkpoint.monitor}'.")
+    keep = list_value(cfg.checkpoint.get("keep_steps") or [], "checkpoint.keep_steps", "50,250,1000")
+    for step in keep:
+        number_in(step, "checkpoint.keep_steps entries", low=1, integer=True)
     if cfg.checkpoint.monitor == "val/alpha" and is_fsdp(cfg.trainer.get("strategy")):
         raise UsageError("checkpoint.monitor=val/alpha needs speculative decoding during training, which is off under "
                          "FSDP (the target is sharded across ranks). Fix: checkpoint.monitor=val/expected_accept.")

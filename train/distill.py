@@ -335,8 +335,8 @@ def build_trainer(cfg: DictConfig, output_dir: Path, resume: str | None, run_nam
                                  monitor=monitor, mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
                                  enable_version_counter=False)  # one last.ckpt, shared with PeriodicLastCheckpoint
     last_validation = LastFitValidation()
-    callbacks = [checkpoint, PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps), last_validation,
-                 FlushLogsAtCheckpoints()]
+    periodic = PeriodicLastCheckpoint(ckpt_dir, cfg.checkpoint.every_n_steps, cfg.checkpoint.get("keep_steps"))
+    callbacks = [checkpoint, periodic, last_validation, FlushLogsAtCheckpoints()]
     if spec_eval is not None:
         callbacks.append(spec_eval)
     bar = progress_bar(cfg.progress_bar)
