@@ -152,13 +152,15 @@ def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: l
 
     done = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     tokens = sum(len(blocks) * len(blocks[0]["input_ids"]) for blocks in splits.values() if len(blocks))
-    need = tokens * bytes_per_token(target.config.hidden_size, top_k, aux_layers, storage) - done
+    total = tokens * bytes_per_token(target.config.hidden_size, top_k, aux_layers, storage)
+    need = total - done
     free = shutil.disk_usage(out).free
     if need * 1.05 + 2**30 > free:
         raise UsageError(f"the teacher cache at {out} needs about {need / 2**30:.1f} GB more ({tokens} tokens), and "
                          f"{free / 2**30:.1f} GB are free there. Fix: free space, fewer tokens "
                          "(data.max_train_tokens), or paths.cache_dir on a bigger disk.")
-    log.info("teacher cache: about %.1f GB for %d tokens (%.1f GB free)", need / 2**30, tokens, free / 2**30)
+    log.info("teacher cache: about %.1f GB for %d tokens, %.1f GB of it still to write (%.1f GB free)",
+             total / 2**30, tokens, max(need, 0) / 2**30, free / 2**30)
 
 
 def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, shard_blocks: int,
