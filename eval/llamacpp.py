@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.shared.gguf import gguf_of, llamacpp_bin, llamacpp_dir, spec_type_of
-from eval.shared.server_process import free_port, wait_until_healthy
+from eval.shared.server_process import ServerProcess, free_port
 
 
 @dataclass
@@ -37,8 +37,10 @@ class Completion:
     top: list = field(default_factory=list)  # with n_probs: per token, the n most likely (id, log-probability)
 
 
-class LlamaServer:
+class LlamaServer(ServerProcess):
     """One llama-server process (a context manager): started on a free port, health-checked, stopped on exit."""
+
+    name = "llama-server"
 
     def __init__(self, model: Path, draft_gguf: Path | None = None, draft_max: int = 4, draft_min: int = 0,
                  p_min: float = 0.0, spec_type: str | None = None, threads: int | None = None, ctx: int = 4096,
@@ -58,31 +60,11 @@ class LlamaServer:
             args.append("--no-repack")
         self.args = args + list(extra or [])
         self.start_timeout = start_timeout
-        self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "LlamaServer":
-        out = open(self.log, "w") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            wait_until_healthy(self.proc, self._healthy, self.start_timeout, self.log, "llama-server")
-            return self
-        except BaseException:
-            self.stop()
-            raise
+    def popen(self, out) -> subprocess.Popen:
+        return subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def _healthy(self) -> bool:
+    def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                 return r.status == 200

@@ -1,11 +1,13 @@
 """What every serving engine we measure as a real process shares: a free local port, the wait for its health check,
-and where a setting's output first leaves plain decoding's (eval/llamacpp.py, eval/vllm.py and their benchmarks).
+the process's life (`ServerProcess`: started, health-checked, its process group stopped on exit and on error), and
+where a setting's output first leaves plain decoding's (eval/llamacpp.py, eval/shared/vllm_server.py, benchmarks).
 
-    proc = subprocess.Popen(args, ...); wait_until_healthy(proc, healthy, 300, log, "llama-server")
+    class MyServer(ServerProcess): name = "my-server"; def popen(self, out): ...; def healthy(self): ...
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -37,6 +39,44 @@ def wait_until_healthy(proc: subprocess.Popen, healthy: Callable[[], bool], time
                   flush=True)
         time.sleep(poll_s)
     raise TimeoutError(f"{name} did not become healthy in {timeout:.0f} s (log: {log})")
+
+
+class ServerProcess:
+    """A server run as a child process in a session of its own (a context manager): `popen(out)` starts it with its
+    output to `out`, `healthy()` says when it serves; stopped (SIGTERM to its process group, SIGKILL after
+    `stop_timeout` seconds) on exit and when starting fails. Subclasses set `args`, `log`, `start_timeout`."""
+
+    name = "server"
+    stop_timeout = 10.0
+    wait_options: dict = {}  # more keyword arguments of wait_until_healthy (poll_s, every_s, waiting)
+    proc: subprocess.Popen | None = None
+
+    def popen(self, out) -> subprocess.Popen:
+        raise NotImplementedError
+
+    def healthy(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.proc = self.popen(open(self.log, "w") if self.log else subprocess.DEVNULL)
+        try:
+            wait_until_healthy(self.proc, self.healthy, self.start_timeout, self.log, self.name, **self.wait_options)
+            return self
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)  # the group: vLLM's engine core runs in a child of its front end
+            try:
+                self.proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
 
 
 def first_difference(output: Sequence, plain: Sequence) -> int | None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from decode.drafts.kinds import serving_kind_of
-from eval.shared.server_process import free_port, wait_until_healthy
+from eval.shared.server_process import ServerProcess, free_port
 
 VERSION = "0.32.0"  # requirements-vllm.txt
 # the CPU build's settings that matter on a small machine: every core for the engine (by default one is kept for the
@@ -60,8 +60,8 @@ def preload(python: Path) -> str:
     (without it vLLM warns that speculative decoding loses much of its speed); the caller's own LD_PRELOAD wins."""
     if os.environ.get("LD_PRELOAD") is not None:
         return os.environ["LD_PRELOAD"]
-    found = [lib for lib in (Path(python).parent.parent / "lib" / "libiomp5.so",) if lib.is_file()]
-    return ":".join(str(lib) for lib in found)
+    lib = Path(python).parent.parent / "lib" / "libiomp5.so"
+    return str(lib) if lib.is_file() else ""
 
 
 def draft_kind(folder) -> str:
@@ -115,8 +115,11 @@ def own_session_ended_with_parent() -> None:
         pass
 
 
-class VllmServer:
+class VllmServer(ServerProcess):
     """One `vllm serve` process (a context manager): started on a free port, health-checked, stopped on exit."""
+
+    name, stop_timeout = "vllm serve", 30.0
+    wait_options = {"poll_s": 1, "every_s": 60, "waiting": "it compiles its graphs on a first start"}
 
     def __init__(self, model, spec: dict | None = None, max_model_len: int = 4096, log: Path | None = None,
                  extra: list[str] | None = None, cache_dir=None, start_timeout: float = 900, seed: int = 0,
@@ -135,32 +138,14 @@ class VllmServer:
         self.env = {**os.environ, **cpu_env, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                     "LD_PRELOAD": preload(python)}
         self.start_timeout = start_timeout
-        self.proc: subprocess.Popen | None = None
         self.model = str(model)
 
-    def __enter__(self) -> "VllmServer":
-        out = open(self.log, "w") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                     preexec_fn=own_session_ended_with_parent)
-        try:
-            wait_until_healthy(self.proc, lambda: self._get("/health") is not None, self.start_timeout, self.log,
-                               "vllm serve", poll_s=1, every_s=60, waiting="it compiles its graphs on a first start")
-            return self
-        except BaseException:
-            self.stop()
-            raise
+    def popen(self, out) -> subprocess.Popen:
+        return subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                preexec_fn=own_session_ended_with_parent)
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)  # the engine core runs in a child process of the front end
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
+    def healthy(self) -> bool:
+        return self._get("/health") is not None
 
     def _get(self, path: str) -> str | None:
         try:
