@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue #63: the EAGLE-3 draft trained on every stored answer (+experiment=qwen_coder_eagle3_stores), measured.
+#     make setup-qwen setup-vllm && python train/distill.py +experiment=qwen_coder_eagle3_stores   # resumable
+#     bash bench/decoding/eagle3-stores/measure.sh export          # every kept checkpoint -> an export folder
+#     bash bench/decoding/eagle3-stores/measure.sh vllm 1000       # vLLM: plain, the 0.5B, EAGLE-3, n-gram
+#     bash bench/decoding/eagle3-stores/measure.sh ours 1000       # our decoder's defaults: the 0.5B, EAGLE-3, lookup
+#     bash bench/decoding/eagle3-stores/measure.sh curve           # α of every export against tokens trained on
+# `export` writes outputs/qwen-coder-eagle3-stores/export-step<N> for each kept step-<N>.ckpt (a finished export is
+# reused). `vllm` serves the 1.5B plain, with the off-the-shelf 0.5B, with the step-N EAGLE-3 export (eagle3) and
+# with n-gram drafting, one server at a time (one 1.5B server is all this machine's memory holds beside nothing
+# else), on 8 held-out test prompts per domain (code, medical), 96 new tokens, greedy, γ=3 (the issue's setting,
+# fixed before measuring), then our decoder on the same prompts with vLLM's weights (float, full heads) for the α
+# check. `ours` runs our decoder's defaults on the same prompts: target alone, the 0.5B, the EAGLE-3 export and
+# prompt lookup, taking turns prompt by prompt. Nothing else may run meanwhile (timings). `curve` decodes the same
+# prompts with the 0.5B and every export (greedy α in our decoder: the learning curve; its speeds are not compared).
+# Environment: RUN= (the training folder), OUT= (the bench folder), PROMPTS= (test prompts per domain, default 8).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+STAGE=${1:?usage: measure.sh <export|vllm|ours|curve> [step]}
+STEP=${2:-1000}
+PY=${PY:-.venv/bin/python}
+RUN=${RUN:-outputs/qwen-coder-eagle3-stores}
+PROMPTS=${PROMPTS:-8}
+TARGET=embedded:qwen2.5-coder-1.5b-instruct
+OFFSHELF=embedded:qwen2.5-coder-0.5b-instruct
+EXPORT=$RUN/export-step$STEP
+
+case $STAGE in
+export)
+    shopt -s nullglob
+    for ckpt in "$RUN"/checkpoints/step-*.ckpt; do
+        n=$(basename "$ckpt" .ckpt); n=${n#step-}
+        if [ -f "$RUN/export-step$n/config.json" ]; then echo "== step $n: exported ($RUN/export-step$n)"; continue; fi
+        "$PY" scripts/export_draft.py "ckpt_path=$ckpt" "out=$RUN/export-step$n"
+    done ;;
+vllm)
+    [ -f "$EXPORT/config.json" ] || { echo "error: no $EXPORT. Fix: bash $0 export (after step $STEP)"; exit 2; }
+    OUT=${OUT:-bench/decoding/vllm-qwen-eagle3}
+    "$PY" scripts/bench_vllm.py "target=$TARGET" "drafts=[$OFFSHELF,$EXPORT]" domains=[code,medical] \
+        "n_prompts=$PROMPTS" max_new_tokens=96 max_servers=1 "out=$OUT" ;;
+ours)
+    [ -f "$EXPORT/config.json" ] || { echo "error: no $EXPORT. Fix: bash $0 export (after step $STEP)"; exit 2; }
+    OUT=${OUT:-bench/decoding/eagle3-stores-qwen}
+    "$PY" eval/speculate.py "target=$TARGET" "drafts=[$OFFSHELF,$EXPORT]" "reference_draft=$OFFSHELF" \
+        proposers=[draft,lookup] domains=[code,medical] "n_prompts=$PROMPTS" gamma=[3] temperature=[0] \
+        max_new_tokens=96 repeats=1 "out=$OUT" ;;
+curve)
+    shopt -s nullglob
+    exports=$(printf '%s\n' "$RUN"/export-step*/config.json | xargs -n1 dirname | sort -V | paste -sd, -)
+    [ -n "$exports" ] || { echo "error: no $RUN/export-step*. Fix: bash $0 export"; exit 2; }
+    OUT=${OUT:-bench/decoding/eagle3-stores-curve}
+    "$PY" eval/speculate.py "target=$TARGET" "drafts=[$OFFSHELF,$exports]" domains=[code,medical] \
+        "n_prompts=$PROMPTS" gamma=[3] temperature=[0] max_new_tokens=96 repeats=1 "out=$OUT" ;;
+*)
+    echo "error: stage '$STAGE' is none of export, vllm, ours, curve"; exit 2 ;;
+esac
