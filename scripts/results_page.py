@@ -7,7 +7,8 @@ README's tables (from current results only).
 
 Every kept result is a folder under bench/<topic>/ with a meta.json: title, date, the commit it landed in, the
 command that reproduces it, and which files hold what (`files`: path -> kind: speculate | acceptance |
-bench_decoder | draft_quant | files). Tables are rendered from those files, never typed by hand. Results that say
+bench_decoder | draft_quant | files, and `alpha`: a speculate file read for acceptance only). Tables are rendered
+from those files, never typed by hand. Results that say
 `"headline": true` go into README.md between the results markers (trained drafts against their reference: one table
 row per domain and temperature, `"headline_temperatures": [0.0]` keeping only some); results that say
 `"policies": "<pair>"` share the policy table of docs/decoder.md (between the policies markers). Drafts are named by
@@ -90,6 +91,19 @@ def speculate_table(data: dict, labels: dict) -> list[str]:
                     f"| {r['target_tok_s']:.1f} → {r['spec_tok_s']:.1f} "
                     f"| **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), fx)} | {fx(expected)} "
                     f"| {f3(ratio)} | {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
+    return rows
+
+
+def alpha_table(data: dict, labels: dict) -> list[str]:
+    """A speculate run read for acceptance only (kind `alpha`: decoded beside other work, so its speeds are not
+    results and are left out)."""
+    rows = ["| draft | domain | T | γ | α | τ (+1 incl.) | accepted/proposed | greedy identical |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in data["records"]:
+        rows.append(f"| {row_label(r, labels)} | {r['domain']} | {r['temperature']:g} "
+                    f"| {r.get('gamma_setting', r['gamma'])} | {f3(r['alpha'])}{interval(r.get('alpha_ci'), f3)} "
+                    f"| {r['tau']:.2f} | {f3(r.get('accepted_per_proposed'))} "
+                    f"| {'–' if r.get('greedy_identical') is None else r['greedy_identical']} |")
     return rows
 
 
@@ -206,7 +220,8 @@ def batches_table(data: dict, labels: dict) -> list[str]:
     return rows
 
 
-RENDER = {"speculate": speculate_table, "acceptance": acceptance_table, "bench_decoder": bench_decoder_table,
+RENDER = {"speculate": speculate_table, "alpha": alpha_table, "acceptance": acceptance_table,
+          "bench_decoder": bench_decoder_table,
           "draft_quant": draft_quant_table, "llamacpp": llamacpp_table, "batches": batches_table,
           "vllm": vllm_table}
 
@@ -224,17 +239,19 @@ def conditions_line(data: dict, kind: str) -> str:
              f"{c['dtype']}" if c.get("dtype") else None,
              f"{c['max_new_tokens']} new tokens" if c.get("max_new_tokens") else None,
              ((f"fastest of {c['repeats']} passes per prompt" if c["repeats"] > 1 else "one pass per prompt")
-              if kind == "speculate" and data.get("records") and
+              if kind in ("speculate", "alpha") and data.get("records") and
               data["records"][0].get("split") else f"median of {c['repeats']} passes") if c.get("repeats") and kind not in ("llamacpp", "vllm")
              else None]
-    if kind == "speculate" and data.get("records"):
+    if kind in ("speculate", "alpha") and data.get("records"):
         split = data["records"][0].get("split")
         parts.append(f"{data['records'][0]['n_prompts']} " + (f"`{split}` prompts per domain (never used for a "
                      "choice)" if split == "test" else f"`{split}` prompts per domain" if split else
                      "prompts per domain (built-in sets of their time)"))
-        if data["records"][0].get("split"):
+        if kind == "alpha":
+            parts.append("acceptance only (decoded beside other work: its speeds are no result)")
+        elif data["records"][0].get("split"):
             parts.append("target-only and speculative decoding taking turns prompt by prompt")
-        if "speedup_ci" in data["records"][0]:
+        if kind == "speculate" and "speedup_ci" in data["records"][0]:
             parts.append(f"[{data['records'][0].get('ci_level', 0.95):.0%} bootstrap interval across prompts]")
     if kind == "bench_decoder":
         parts += [f"γ={c.get('gamma')}", f"{c.get('n_prompts')} {c.get('domain')} prompts"]
@@ -386,6 +403,10 @@ def figure(meta: dict, labels: dict) -> str:
             return (f"fastest of {len(data['records'])}: **{fx(r['speedup'])}**{interval(r.get('speedup_ci'), f2)} "
                     f"({row_label(r, labels)}, {r['domain']}, T={r['temperature']:g}, "
                     f"γ={r.get('gamma_setting', r['gamma'])}, α {f3(r['alpha'])})")
+        if kind == "alpha":
+            r = max(data["records"], key=lambda r: r["alpha"])
+            return (f"best α **{f3(r['alpha'])}** ({row_label(r, labels)}, {r['domain']}, T={r['temperature']:g}, "
+                    f"γ={r.get('gamma_setting', r['gamma'])}; acceptance only)")
         if kind == "acceptance":
             r = max(data["records"], key=lambda r: r["alpha_tf"])
             return f"best α_tf **{f3(r['alpha_tf'])}** ({draft_label(r['draft'], labels)}, {r['domain']})"

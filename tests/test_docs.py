@@ -151,6 +151,25 @@ def test_a_weight_format_result_shows_its_paired_differences_when_it_has_them():
     assert lines[:3] == older and lines[-1] == "| embedded:d, int4 | embedded:d, float | -0.026 ± 0.012 |"
 
 
+def test_an_acceptance_only_result_shows_alpha_and_no_speed(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import results_page
+    finally:
+        sys.path.pop(0)
+    record = {"draft": "d", "proposer": "draft", "domain": "code", "temperature": 0.0, "gamma": 3, "alpha": 0.41,
+              "tau": 2.1, "accepted_per_proposed": 0.3, "greedy_identical": True, "speedup": 9.9, "target_tok_s": 1.0,
+              "spec_tok_s": 9.9, "n_prompts": 8, "split": "test"}
+    (tmp_path / "results.json").write_text(json.dumps({"records": [record], "conditions": {"repeats": 1}}))
+    meta = {"dir": tmp_path, "title": "t", "date": "2026-12-07", "commit": "abc", "command": "run",
+            "files": {"results.json": "alpha"}}
+    page = "\n".join(results_page.section(meta, {}))
+    assert "| d | code | 0 | 3 | 0.410 | 2.10 | 0.300 | True |" in page
+    assert "9.9" not in page and "speculative decoding taking turns" not in page and "acceptance only" in page
+    figure = results_page.figure(meta, {})
+    assert "0.410" in figure and "acceptance only" in figure and "x" not in figure.split("**")[1]
+
+
 def test_what_training_buys_takes_each_domain_and_temperature_from_the_draft_chosen_for_it(tmp_path, monkeypatch):
     sys.path.insert(0, str(REPO / "scripts"))
     try:
