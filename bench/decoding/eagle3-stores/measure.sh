@@ -7,10 +7,10 @@
 #     bash bench/decoding/eagle3-stores/measure.sh curve           # α of every export against tokens trained on
 # `export` writes outputs/qwen-coder-eagle3-stores/export-step<N> for each kept step-<N>.ckpt (a finished export is
 # reused). `vllm` serves the 1.5B plain, with the off-the-shelf 0.5B, with the step-N EAGLE-3 export (eagle3) and
-# with n-gram drafting, one server at a time (one 1.5B server is all this machine's memory holds beside nothing
-# else), on 8 held-out test prompts per domain (code, medical), 96 new tokens, greedy, γ=3 (the setting,
+# with n-gram drafting, one server at a time (two 1.5B servers do not fit in
+# 24 GB), on 8 held-out test prompts per domain (code, medical), 96 new tokens, greedy, γ=3 (the setting,
 # fixed before measuring), then our decoder on the same prompts with vLLM's weights (float, full heads) for the α
-# check. `ours` runs our decoder's defaults on the same prompts: target alone, the 0.5B, the EAGLE-3 export and
+# check (here about 45 min for vLLM and as long again for our decoder; vLLM's figures are written first). `ours` runs our decoder's defaults on the same prompts: target alone, the 0.5B, the EAGLE-3 export and
 # prompt lookup, taking turns prompt by prompt. Nothing else may run meanwhile (timings). `curve` decodes the same
 # prompts with the 0.5B and every export (greedy α in our decoder: the learning curve; its speeds are not compared).
 # Environment: RUN= (the training folder), OUT= (the bench folder), PROMPTS= (test prompts per domain, default 8).
