@@ -62,8 +62,9 @@ def plot(folder: Path, run: Path = RUN) -> Path:
 
     per_step = tokens_per_step(run)
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    curves = validation(run)
     for key, style in zip(VAL, ("-", "--")):
-        steps = [(s, v) for s, v in validation(run)[key] if s > 0]
+        steps = [(s, v) for s, v in curves[key] if s > 0]
         ax.plot([s * per_step for s, _ in steps], [v for _, v in steps], style, color="grey", label=f"{key} (val blocks)")
     points, reference = decoding(folder)
     for (domain, pts), color in zip(sorted(points.items()), ("tab:blue", "tab:orange", "tab:green")):
