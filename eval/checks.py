@@ -340,10 +340,20 @@ def check_vllm_arms(cfg: DictConfig, gammas: list) -> None:
         raise UsageError("vllm=[...] runs beside every policy, not inside policy=auto. Fix: drop one of them.")
     if "draft" in asked and not [g for g in gammas if g != "auto"]:
         raise UsageError("vllm=[draft] drafts a fixed gamma: give one, e.g. gamma=[auto,3].")
+    if "draft" in asked:
+        served_by_vllm(cfg.drafts)
     lookup = list(cfg.get("vllm_lookup") or [2, 4])
     if len(lookup) != 2 or not all(isinstance(n, int) and n >= 1 for n in lookup) or lookup[0] > lookup[1]:
         raise UsageError(f"vllm_lookup must be [smallest, largest] n-gram sizes >= 1, got {lookup}.")
     number_in(cfg.get("vllm_kv_cache_gb", 1), "vllm_kv_cache_gb", 0, low_open=True)
+
+
+def served_by_vllm(drafts) -> None:
+    """Every draft of a kind vLLM serves (eval/shared/vllm_server.vllm_method_of says why not, naming the fix)."""
+    from eval.shared.vllm_server import vllm_method_of
+
+    for draft in drafts or []:
+        vllm_method_of(str(draft))
 
 
 def check_vllm_engine(cfg: DictConfig) -> None:
@@ -479,11 +489,12 @@ def check_bench_vllm(cfg: DictConfig) -> None:
     """scripts/bench_vllm.py."""
     from eval.shared.vllm_server import vllm_bin
 
+    list_value(cfg.drafts, "drafts", "outputs/distill/<run>/export")
+    served_by_vllm(cfg.drafts)
     try:
         vllm_bin(cfg.cache_dir)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
-    list_value(cfg.drafts, "drafts", "outputs/distill/<run>/export")
     for key in ("n_prompts", "max_new_tokens", "num_speculative_tokens", "max_model_len"):
         number_in(cfg[key], key, 1, integer=True)
     if cfg.get("max_servers") is not None:

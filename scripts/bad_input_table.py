@@ -38,6 +38,7 @@ ENTRIES = {  # script -> (config name, "module:check function")
     "scripts/cache_teacher.py": ("cache_teacher", "eval.checks:check_cache_teacher"),
     "scripts/bench_decoder.py": ("bench_decoder", "eval.checks:check_bench_decoder"),
     "scripts/export_gguf.py": ("export_gguf", "eval.checks:check_export_gguf"),
+    "scripts/bench_vllm.py": ("bench_vllm", "eval.checks:check_bench_vllm"),
 }
 LONG_PROMPT = " ".join(["Explain why the sky is blue in great detail"] * 1200)  # > 8192 tokens
 
@@ -185,6 +186,10 @@ CASES = [
          "llama.cpp drafts with standalone models and",
          {"medusa/config.json": "{}", "medusa/draftsmith.json": '{"draft_kind": "medusa"}',
           "medusa/model.safetensors": safetensors_bytes()}),
+    Case("vLLM bench of an EAGLE-style (EAGLE-1) draft", "scripts/bench_vllm.py", ["drafts=[{tmp}/eagle]"],
+         "which vLLM does not serve: vLLM reads speculators' eagle3 layout only",
+         {"eagle/config.json": "{}", "eagle/draftsmith.json": '{"draft_kind": "eagle"}',
+          "eagle/model.safetensors": safetensors_bytes()}),
     Case("GGUF export: unknown type", "scripts/export_gguf.py", ["export={draft}", "type=q2"],
          "type must be f16, q8_0 or q4_k_m"),
     # --- the second table (issue "Bad input, second table"): data that must not be lost ---

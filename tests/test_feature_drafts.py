@@ -271,8 +271,10 @@ def _train_export_and_measure(tmp_path, tiny_target_dir, text_file, kind, *extra
     info = json.loads((export / "draftsmith.json").read_text())
     assert info["draft_kind"] == kind and feature_kind_of(export) == kind
     stored = load_file(str(export / "model.safetensors"))
-    not_stored = ("embed_tokens",) if kind == "eagle3" else ("embed_tokens", "lm_head")  # eagle3: its draft-vocab head
+    not_stored = ("embed_tokens",) if kind in ("eagle3", "medusa") else ("embed_tokens", "lm_head")  # their own heads
     assert stored and not any(k.startswith(not_stored) for k in stored)  # the target's, not stored
+    if kind == "medusa":  # vLLM's Medusa loads its one lm_head from the export: the target's, every id, no map
+        assert stored["lm_head.weight"].shape[0] == info["draft_config"]["vocab_size"] and "d2t" not in stored
     records = evaluate(eval_cfg(tmp_path, tiny_target_dir, [export], "gamma=[1,2,auto]", "domains=[general]",
                                 "max_auto_gamma=3"))
     assert len(records) == 3 and all(r["greedy_identical"] for r in records)
@@ -390,8 +392,11 @@ def test_the_card_of_a_feature_draft_serves_it_as_one(kind):
     from eval.shared.card import render
 
     card = render({"draft_kind": kind, "target": "my/target", "evaluations": []}, "x")
-    assert f'"method": "{kind}"' in card and "assistant_model=draft" not in card
-    assert "target=my/target drafts=[" in card
+    assert "assistant_model=draft" not in card and "target=my/target drafts=[" in card
+    if kind == "medusa":
+        assert '"method": "medusa"' in card
+    else:  # vLLM has no form of the EAGLE-style draft: the card says why instead of a command that fails
+        assert "vllm serve" not in card and "vLLM: not served (vLLM reads speculators' eagle3 layout only" in card
     assert ("--speculative-algorithm EAGLE" in card) == (kind == "eagle")
 
 

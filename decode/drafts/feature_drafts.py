@@ -18,8 +18,8 @@ Every kind is one FeatureDraft subclass, found through decode/drafts/kinds.py's 
 decode/drafts/feature_export.py writes and reads. Layouts:
 
 - Medusa: vLLM's (`model_type: medusa`, `num_heads`, `num_hidden_layers`, weights `blocks.{i}.layers.{j}.weight/bias`),
-  with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`); the heads share the
-  target's LM head (`original_lm_head: true`).
+  with Medusa's own keys (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`); the heads share one
+  LM head (`original_lm_head: true`), the target's, of which the export stores a copy (vLLM loads it from there).
 - EAGLE-style: the `speculators` layout vLLM loads (HASS-style norms: `layernorms: true`, `transformer_layer_config` =
   the target's config cut to one layer, `speculators_config` naming the verifier); weights `embedding_layernorm`,
   `fusion_fc`, `transformer.*`, `pre_lm_head_layernorm`. Embeddings and LM head come from the verifier.

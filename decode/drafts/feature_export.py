@@ -6,7 +6,8 @@ registry finds the class); what this module adds is the same for every kind:
   model.safetensors;
 - for kinds whose export stores a head (`stores_head`): the head over the draft vocabulary, `lm_head` (the target's
   rows for the kept ids), `d2t` (draft id -> target id minus draft id) and `t2d` (which target ids the draft has),
-  as speculators and vLLM read them (`draft_head_state`); a head over every id has no d2t / t2d.
+  as speculators and vLLM read them (`draft_head_state`); a head over every id (Medusa's: `head_ids: all`, vLLM's
+  Medusa layout has no map) has no d2t / t2d.
 
     write_feature_weights(draft, folder, target_name, gamma=3); draft = load_feature_draft(folder, target)
 

@@ -23,19 +23,21 @@ class DraftKind:
     model: str                   # "module:Class" of its torch module
     summary: str                 # what an export holds, for its model card
     autoregressive: bool         # drafts over its own outputs (a KV cache of its own); else all tokens from one feature
-    stores_head: bool            # its export holds the head over its draft vocabulary (else it shares the target's)
-    vllm_method: str             # vLLM's speculative_config method for it
+    stores_head: bool            # its export holds a copy of the target's head (else engines share the target's)
+    vllm_method: str | None      # vLLM's speculative_config method for it; None: vLLM serves no form of it
     llamacpp_spec: str | None    # llama-server's --spec-type for it; None: llama.cpp has no form of it
     sglang: str | None = None    # SGLang's --speculative-algorithm for it; None: none
+    head_ids: str = "draft_vocab"  # a stored head's rows: draft_vocab (the kept ids, with d2t / t2d) | all (every id)
 
 
 KINDS = {kind.name: kind for kind in (
     DraftKind("medusa", "decode.drafts.feature_drafts:MedusaHeads",
               "Medusa heads on the target's last hidden state, in vLLM's Medusa layout",
-              autoregressive=False, stores_head=False, vllm_method="medusa", llamacpp_spec=None),
+              autoregressive=False, stores_head=True, vllm_method="medusa", llamacpp_spec=None,
+              head_ids="all"),  # vLLM's Medusa loads its own lm_head (original_lm_head: one for all heads)
     DraftKind("eagle", "decode.drafts.feature_drafts:EagleDraft",
               "an EAGLE-style feature draft: one decoder layer over the target's last hidden states, in the "
-              "`speculators` layout", autoregressive=True, stores_head=False, vllm_method="eagle",
+              "`speculators` layout", autoregressive=True, stores_head=False, vllm_method=None,  # VLLM_REFUSES
               llamacpp_spec=None, sglang="EAGLE"),
     DraftKind("eagle3", "decode.drafts.eagle3:Eagle3Draft",
               "an EAGLE-3 draft: one decoder layer over the inputs of a few of the target's layers, in the "
@@ -45,6 +47,12 @@ KINDS = {kind.name: kind for kind in (
 FEATURE_KINDS = tuple(KINDS)
 STANDALONE = DraftKind("standalone", "", "a standalone causal LM", autoregressive=True, stores_head=True,
                        vllm_method="draft_model", llamacpp_spec="draft-simple", sglang="STANDALONE")
+
+
+# Why vLLM (0.32) serves no form of a kind whose vllm_method is None, said wherever one is asked for.
+VLLM_REFUSES = {"eagle": "vLLM reads speculators' eagle3 layout only (its speculators config accepts eagle3, peagle "
+                         "and dflash types), and its own EagleLlamaForCausalLM layout has none of the HASS norms this "
+                         "EAGLE-style draft is built with"}
 
 
 def draft_kind_named(name: str) -> DraftKind:

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from decode.drafts.kinds import KINDS, STANDALONE
+from decode.drafts.kinds import KINDS, STANDALONE, VLLM_REFUSES
 from decode.proposers.registry import PROPOSERS
 
 
@@ -271,14 +271,16 @@ def _feature_usage(kind, gamma: int, why: str, caveat: str, serving_target: str,
                    info: dict | None = None) -> list[str]:
     """Usage of a feature draft: it needs the target's hidden states, so transformers' assisted generation cannot run
     it; Draftsmith's decoder and serving engines' own methods can."""
-    shared = ("embeddings (not stored here; its head over the draft vocabulary is a copy of the target's rows)"
+    head = "its head over the draft vocabulary is" if kind.head_ids == "draft_vocab" else "its LM head is"
+    shared = (f"embeddings (not stored here; {head} a copy of the target's rows)"
               if kind.stores_head else "embeddings and LM head (not stored here)")
     lines = ["", "## Usage", "", f"This folder holds {kind.summary}. It reads the target's hidden states and shares its "
              f"{shared}, so it runs only next to that exact target, and transformers' `assistant_model` cannot run "
              "it.", "", why] + (["", caveat] if caveat else [])
     lines += ["", "Draftsmith's decoder (the one measured above):", "", "```bash",
               f"python eval/speculate.py target={target} drafts=[<path to this folder>] gamma=[{gamma}]",
-              "```", ""] + _vllm_lines(info or {}, gamma, kind.vllm_method, serving_target)
+              "```", ""] + (_vllm_lines(info or {}, gamma, kind.vllm_method, serving_target) if kind.vllm_method
+                             else ["vLLM: not served (" + VLLM_REFUSES[kind.name] + ").", ""])
     if kind.sglang:
         lines += [f"SGLang ({kind.sglang}; not run here):", "", "```bash",
                   f"python -m sglang.launch_server --model-path {serving_target} \\",

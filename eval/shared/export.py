@@ -165,8 +165,8 @@ def _target_head(meta: dict) -> torch.Tensor:
 def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
                       dtype: str | None = None, extra_info: dict | None = None,
                       head: torch.Tensor | None = None, protected=()) -> Path:
-    """The checkpoint's draft as an export folder. An EAGLE-3 draft's export cuts `head`, the target's LM head
-    weight, to its draft vocabulary (None: loaded from the target the checkpoint names). Never replaces a folder
+    """The checkpoint's draft as an export folder. A kind that stores a head (EAGLE-3, Medusa) copies `head`, the
+    target's LM head weight (None: loaded from the target the checkpoint names), EAGLE-3 cut to its draft vocabulary. Never replaces a folder
     holding the checkpoint or a `protected` path (the run folder)."""
     check_replaceable(out_dir, "export folder", [ckpt_path, *protected], overwrite)
     ckpt = read_checkpoint(ckpt_path)
@@ -175,7 +175,7 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
     kept = None
     if is_feature_draft(model) and kind_of_draft(model).stores_head:
         head = head.detach() if head is not None else _target_head(meta)
-        kept = _export_kept_ids(head.shape[0], meta)
+        kept = _export_kept_ids(head.shape[0], meta) if kind_of_draft(model).head_ids == "draft_vocab" else None
     else:
         head = None
     cfg = meta.get("config") or {}

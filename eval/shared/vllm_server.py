@@ -25,7 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from decode.drafts.kinds import serving_kind_of
+from data.checks import UsageError
+from decode.drafts.kinds import VLLM_REFUSES, serving_kind_of
 from eval.shared.server_process import ServerProcess, free_port
 
 VERSION = "0.32.0"  # requirements-vllm.txt
@@ -77,7 +78,17 @@ def speculative_config(method: str, draft=None, tokens: int = 3, lookup=(2, 4)) 
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": lookup[0],
                 "prompt_lookup_max": lookup[1]}
-    return {"method": serving_kind_of(draft).vllm_method, "model": str(draft), "num_speculative_tokens": tokens}
+    return {"method": vllm_method_of(draft), "model": str(draft), "num_speculative_tokens": tokens}
+
+
+def vllm_method_of(draft) -> str:
+    """vLLM's speculative method for the draft in `draft` (its kind's); a kind vLLM serves no form of: a usage error
+    saying why (config checks call this before anything loads)."""
+    kind = serving_kind_of(draft)
+    if kind.vllm_method is None:
+        raise UsageError(f"{draft} is a {kind.name} draft, which vLLM does not serve: {VLLM_REFUSES[kind.name]}. Fix: "
+                         "measure it with eval/speculate.py (our decoder), or train an EAGLE-3 draft (model/draft=eagle3).")
+    return kind.vllm_method
 
 
 @dataclass
