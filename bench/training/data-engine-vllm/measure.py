@@ -1,7 +1,8 @@
 """vLLM as the data engine (issue #62 item 5): answers/hour of the Qwen2.5-Coder-1.5B writing training answers,
 today's engine (transformers' batched generate() with prepacked matmuls, batch 16: how data/stores grew) beside
-scripts/generate_data.py engine=vllm (a vllm serve process) one batch of 32 at a time and with its defaults (batch 64,
-the next batch sent while one is decoded), each setting with its own fresh store, taking
+scripts/generate_data.py engine=vllm (a vllm serve process) at batch 32 and at batch 64, each with the next batch sent
+while one is decoded (vllm.in_flight=2: the server's free slots take the next batch's prompts as answers end), in
+rounds of 96 prompts (so a round holds more than one batch of 32), each setting with its own fresh store, taking
 turns in rounds (each round adds the next prompts to every store); every call runs in a child process of its own, so
 one engine's memory is gone before the other's starts. Model loading and the server's start are left out of the
 rate. Greedy answers: each store is compared with the repository's store (data/stores, written by today's engine).
@@ -23,13 +24,13 @@ from data.generated import done_prompts  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TARGET = "embedded:qwen2.5-coder-1.5b-instruct"
-DOMAIN, ROUNDS, PER_ROUND, NEW_TOKENS = "medical", 2, 64, 128
+DOMAIN, ROUNDS, PER_ROUND, NEW_TOKENS = "medical", 2, 96, 128
 REPO_STORE = Path("data/stores/qwen25_coder_1_5b") / f"{DOMAIN}.jsonl"
 SETTINGS = [  # name, overrides
     ("generate, batch 16, prepacked matmuls (today's engine)", ["engine=generate", "batch_size=16",
                                                                 "cpu_matmul=prepacked"]),
-    ("vLLM 0.32.0 CPU, batch 32, one batch at a time", ["engine=vllm", "batch_size=32", "vllm.in_flight=1"]),
-    ("vLLM 0.32.0 CPU, batch 64, two batches in flight (the default)", ["engine=vllm", "batch_size=64"]),
+    ("vLLM 0.32.0 CPU, batch 32, two batches in flight", ["engine=vllm", "batch_size=32", "vllm.in_flight=2"]),
+    ("vLLM 0.32.0 CPU, batch 64, two batches in flight", ["engine=vllm", "batch_size=64", "vllm.in_flight=2"]),
 ]
 
 
