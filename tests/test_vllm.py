@@ -61,35 +61,43 @@ def vllm_installed() -> bool:
         return False
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
-def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path):
-    """The embedded 135M target drafting for itself (the tiny test models' head size, 8, is one vLLM's CPU attention
-    does not run): identical greedy text, and nearly every drafted token accepted."""
+@pytest.fixture(scope="module")
+def plain_135m(tmp_path_factory):
+    """The embedded 135M target, a prompt (token ids) and vLLM plain's greedy text for it: one server for the module."""
     from data.prompts import encode_prompt
     from decode.models.loading import load_tokenizer, resolve
 
     target = resolve("embedded:smollm2-135m-instruct")
     prompt = encode_prompt(load_tokenizer(str(target)), "Write a function that adds two numbers.")
-    with VllmServer(target, None, 1024, log=tmp_path / "plain.log") as plain, \
-            VllmServer(target, speculative_config("draft", target, 2), 1024, log=tmp_path / "spec.log") as spec:
-        a, b = plain.completion(prompt, 24), spec.completion(prompt, 24)
-    assert a.text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted
+    with VllmServer(target, None, 1024, log=tmp_path_factory.mktemp("plain") / "plain.log") as plain:
+        return target, prompt, plain.completion(prompt, 24).text
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path, plain_135m):
+    """The embedded 135M target drafting for itself (the tiny test models' head size, 8, is one vLLM's CPU attention
+    does not run): identical greedy text, and nearly every drafted token accepted."""
+    target, prompt, plain_text = plain_135m
+    with VllmServer(target, speculative_config("draft", target, 2), 1024, log=tmp_path / "spec.log") as spec:
+        b = spec.completion(prompt, 24)
+    assert plain_text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted
     assert b.accepted / (b.accepted + b.rejected) >= 0.9
 
 
 @pytest.mark.integration
 @pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
 @pytest.mark.parametrize("kind, model_class", [("eagle3", "Eagle3"), ("medusa", "Medusa")])
-def test_vllm_serves_a_feature_export_the_way_its_kind_needs_with_plains_greedy_output(tmp_path, kind, model_class):
+def test_vllm_serves_a_feature_export_the_way_its_kind_needs_with_plains_greedy_output(tmp_path, kind, model_class,
+                                                                                        plain_135m):
     """A feature export of the embedded 135M target (untrained: it accepts little, but must never change the output)
     loads in vLLM as its kind's method (eagle3, medusa: its one LM head stored in the export, as vLLM's Medusa loads
     it) and drafts, with Intel's OpenMP preloaded as vLLM's CPU guide asks."""
-    from data.prompts import encode_prompt
     from decode.drafts.feature_export import write_feature_weights
     from decode.drafts.kinds import KINDS, model_class as class_of
-    from decode.models.loading import load_frozen, load_tokenizer, resolve
+    from decode.models.loading import load_frozen
 
+    folder_of_target, prompt, plain_text = plain_135m
     name = "embedded:smollm2-135m-instruct"
     target = load_frozen(name)
     torch.manual_seed(0)
@@ -100,13 +108,10 @@ def test_vllm_serves_a_feature_export_the_way_its_kind_needs_with_plains_greedy_
     (folder / "draftsmith.json").write_text(json.dumps({"draft_kind": kind, "draft_config": draft.config_dict()}))
     spec = speculative_config("draft", folder, 3)
     assert spec["method"] == kind
-    prompt = encode_prompt(load_tokenizer(str(resolve(name))), "Write a function that adds two numbers.")
-    with VllmServer(resolve(name), None, 1024, log=tmp_path / "plain.log") as plain:
-        a = plain.completion(prompt, 24)
-    with VllmServer(resolve(name), spec, 1024, log=tmp_path / "spec.log") as server:
+    with VllmServer(folder_of_target, spec, 1024, log=tmp_path / "spec.log") as server:
         assert "libiomp5" in server.env["LD_PRELOAD"]
         b = server.completion(prompt, 24)
-    assert a.text == b.text and b.drafted > 0
+    assert plain_text == b.text and b.drafted > 0
     assert model_class in (tmp_path / "spec.log").read_text()
 
 

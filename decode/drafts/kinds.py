@@ -37,7 +37,7 @@ KINDS = {kind.name: kind for kind in (
               head_ids="all"),  # vLLM's Medusa loads its own lm_head (original_lm_head: one for all heads)
     DraftKind("eagle", "decode.drafts.feature_drafts:EagleDraft",
               "an EAGLE-style feature draft: one decoder layer over the target's last hidden states, in the "
-              "`speculators` layout", autoregressive=True, stores_head=False, vllm_method=None,  # VLLM_REFUSES
+              "`speculators` layout", autoregressive=True, stores_head=False, vllm_method=None,  # VLLM_REFUSES: why
               llamacpp_spec=None, sglang="EAGLE"),
     DraftKind("eagle3", "decode.drafts.eagle3:Eagle3Draft",
               "an EAGLE-3 draft: one decoder layer over the inputs of a few of the target's layers, in the "

@@ -166,8 +166,8 @@ def export_checkpoint(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, 
                       dtype: str | None = None, extra_info: dict | None = None,
                       head: torch.Tensor | None = None, protected=()) -> Path:
     """The checkpoint's draft as an export folder. A kind that stores a head (EAGLE-3, Medusa) copies `head`, the
-    target's LM head weight (None: loaded from the target the checkpoint names), EAGLE-3 cut to its draft vocabulary. Never replaces a folder
-    holding the checkpoint or a `protected` path (the run folder)."""
+    target's LM head weight (None: loaded from the target the checkpoint names), EAGLE-3's cut to its draft
+    vocabulary. Never replaces a folder holding the checkpoint or a `protected` path (the run folder)."""
     check_replaceable(out_dir, "export folder", [ckpt_path, *protected], overwrite)
     ckpt = read_checkpoint(ckpt_path)
     meta = ckpt[_META]
