@@ -177,13 +177,16 @@ class DistillDataModule(L.LightningDataModule):
                                  "lower data.block_size / data.batch_size.")
             log.info("data: %d train blocks, %d val blocks of %d tokens", len(self.train_set), len(self.val_set),
                      self.block_size)
+            picked = {"train": self.view("train", len(self.train_set)), "val": self.view("val", len(self.val_set))}
             if self.teacher_cache:  # the target's cached top-k rides along with each block
                 from data.teacher_cache_files import load_cache
 
-                self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set)))
-                self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set)))
-            self.train_set = self._view(self.train_set, "train")
-            self.val_set = self._view(self.val_set, "val")
+                self.train_set = Zipped(self.train_set, load_cache(self.teacher_cache, "train", len(self.train_set),
+                                                                   picked["train"]))
+                self.val_set = Zipped(self.val_set, load_cache(self.teacher_cache, "val", len(self.val_set),
+                                                               picked["val"]))
+            self.train_set = self._view(self.train_set, "train", picked["train"])
+            self.val_set = self._view(self.val_set, "val", picked["val"])
 
     def view(self, split: str, n_blocks: int) -> list[int] | None:
         """The rows of `split` this run reads (data.train_sources / data.train_blocks), None for all."""
@@ -193,8 +196,7 @@ class DistillDataModule(L.LightningDataModule):
             return None
         return view_indices(self.block_stats(), self.sources, split, n_blocks, self.train_sources, self.train_blocks)
 
-    def _view(self, rows, split: str):
-        picked = self.view(split, len(rows))
+    def _view(self, rows, split: str, picked: list[int] | None):
         if picked is None:
             return rows
         log.info("data: %s view of %d of %d blocks (data.train_sources=%s, data.train_blocks=%s)", split,

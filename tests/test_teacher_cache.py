@@ -152,16 +152,45 @@ def test_teacher_cache_is_built_by_the_training_run_when_missing(tmp_path, tiny_
 
 def test_a_view_of_the_data_trains_from_the_cache_of_all_of_it(tmp_path, tiny_target_dir, text_file):
     """data.train_blocks (and data.train_sources) read rows of the one cache over every block: a learning-curve
-    point builds no cache of its own."""
+    point builds no cache of its own (here the view's shards are all of it: one shard)."""
     common = ["teacher=cache", "spec_eval.enabled=false", "loss=forward_kl", "teacher_top_k=8", "trainer.max_steps=2",
               f"paths.cache_dir={tmp_path / 'cache'}"]
-    train(tiny_cfg(tmp_path / "all", tiny_target_dir, text_file, *common))
     summary = train(tiny_cfg(tmp_path / "part", tiny_target_dir, text_file, *common, "data.train_blocks=4"))
+    train(tiny_cfg(tmp_path / "all", tiny_target_dir, text_file, *common))  # the view's build left nothing to do
     built = sorted((tmp_path / "cache" / "teacher").glob(f"*/*-k8/{teacher_cache.DONE}"))
     assert len(built) == 1 and summary["steps"] == 2 and summary["teacher_cache_s"] is not None
     assert summary["setup"]["train_blocks"] == 4
     with pytest.raises(ValueError, match="data.train_blocks"):
         train(tiny_cfg(tmp_path / "bad", tiny_target_dir, text_file, *common, "data.train_blocks=0"))
+
+
+def test_a_view_builds_only_its_shards_and_reads_them_before_the_cache_is_complete(tmp_path):
+    """build_cache with a view's rows builds the shards holding them (no done.json yet); load_cache reads exactly
+    those rows, equal to a complete cache's, and refuses rows not built; a run without the view completes it."""
+    import datasets
+
+    from conftest import make_model
+    from data.teacher_cache_files import load_cache
+
+    target = make_model(64)
+    torch.manual_seed(0)
+    blocks = {"train": datasets.Dataset.from_dict({"input_ids": torch.randint(3, 64, (9, 8)).tolist()}),
+              "val": datasets.Dataset.from_dict({"input_ids": torch.randint(3, 64, (2, 8)).tolist()})}
+    assert teacher_cache.shard_starts(9, 2, [5, 4, 0]) == [0, 4] and teacher_cache.shard_starts(9, 4) == [0, 4, 8]
+    part = teacher_cache.build_cache(target, blocks, tmp_path / "part", 4, batch_size=2, shard_blocks=2,
+                                     rows={"train": [0, 1, 5], "val": None})
+    assert sorted(p.name for p in (part / "train").iterdir()) == ["00000000", "00000004"]
+    assert not (part / teacher_cache.DONE).exists()
+    full = teacher_cache.build_cache(target, blocks, tmp_path / "full", 4, batch_size=2, shard_blocks=2)
+    mine, whole = load_cache(part, "train", 9, [0, 1, 5]), load_cache(full, "train", 9)
+    assert len(mine) == 9 and all(torch.equal(mine[i]["teacher_ids"], whole[i]["teacher_ids"]) for i in (0, 1, 4, 5))
+    with pytest.raises(FileNotFoundError, match="No complete teacher cache"):
+        load_cache(part, "train", 9, [0, 2])  # row 2's shard is not built
+    with pytest.raises(IndexError, match="not built yet"):
+        mine[2]
+    assert len(load_cache(part, "val", 2)) == 2  # every val row's shard is there
+    teacher_cache.build_cache(target, blocks, tmp_path / "part", 4, batch_size=2, shard_blocks=2)
+    assert (part / teacher_cache.DONE).is_file() and len(list((part / "train").iterdir())) == 5
 
 
 def test_a_final_state_draft_reuses_a_finished_eagle3_cache_of_the_same_text(tmp_path):

@@ -127,14 +127,27 @@ def build_teacher_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux
     from data.teacher_cache_files import DONE
     from train.teacher_cache import build_cache
 
-    if not (Path(out) / DONE).is_file():
+    done = (Path(out) / DONE).is_file()
+    if not done:
         dm.setup()
         log.info("teacher=cache: caching %s's %s over %d train + %d val blocks (once, resumable) -> %s",
                  cfg.model.target.name_or_path, f"top-{top_k}" if top_k else "features", len(dm.train_set),
                  len(dm.val_set), out)
     return str(build_cache(target, {"train": dm.train_set, "val": dm.val_set}, out, top_k, cfg.cache_batch_size,
                            info={"target": str(cfg.model.target.name_or_path), "data": dm.cache_path.name},
-                           aux_layers=aux_layers, storage=storage))
+                           aux_layers=aux_layers, storage=storage, rows=None if done else view_rows(cfg, dm)))
+
+
+def view_rows(cfg: DictConfig, dm: DistillDataModule) -> dict | None:
+    """The rows of each split the run's view reads (data.train_sources / data.train_blocks; None without one): a
+    cache builds their shards first, and the run trains once they are there (data/views.py)."""
+    from data.views import view_indices
+
+    sources, blocks = cfg.data.get("train_sources"), cfg.data.get("train_blocks")
+    if not sources and blocks is None:
+        return None
+    return {split: view_indices(dm.block_stats(), dm.sources, split, len(rows), sources, blocks)
+            for split, rows in (("train", dm.train_set), ("val", dm.val_set))}
 
 
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:

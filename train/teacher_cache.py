@@ -114,9 +114,12 @@ def topk_of_target(target, input_ids: torch.Tensor, top_k: int, chunk_size: int 
 
 def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None, batch_size: int = 8,
                 shard_blocks: int = 64, info: dict | None = None, aux_layers: list[int] | None = None,
-                storage: str = "float16") -> Path:
+                storage: str = "float16", rows: dict | None = None) -> Path:
     """Cache every split ({"train": blocks, "val": blocks}, each a dataset of "input_ids" rows) under `out`: the
-    target's top-k, or with top_k None its final hidden states and `aux_layers`' inputs (`features_of_target`)."""
+    target's top-k, or with top_k None its final hidden states and `aux_layers`' inputs (`features_of_target`).
+    With `rows` ({split: row indices, None for all}, a view's), only the shards holding those rows are built now;
+    the cache is complete (done.json) once every shard is there, and until then a view reads its part of it
+    (data/teacher_cache_files.load_cache)."""
     out = Path(out)
     if (out / DONE).is_file():
         log.info("teacher cache complete: %s", out)
@@ -125,10 +128,18 @@ def build_cache(target, splits: dict, out: str | os.PathLike, top_k: int | None,
     check_disk(out, target, splits, top_k, aux_layers, storage)
     what = "features" if top_k is None else f"top-{top_k}"
     for split, blocks in splits.items():
+        starts = shard_starts(len(blocks), shard_blocks, (rows or {}).get(split))
         with progress_bar() as progress:
-            bar = progress.add_task(f"caching the target's {what} ({split} blocks)", total=len(blocks))
+            total = sum(min(start + shard_blocks, len(blocks)) - start for start in starts)
+            bar = progress.add_task(f"caching the target's {what} ({split} blocks)", total=total)
             cache_split(target, blocks, out / split, top_k, batch_size, shard_blocks, aux_layers,
-                        lambda k, kept: progress.update(bar, advance=k, kept=kept), storage)
+                        lambda k, kept: progress.update(bar, advance=k, kept=kept), storage, starts)
+    missing = [split for split, blocks in splits.items()
+               if len(shard_starts(len(blocks), shard_blocks, None)) != len(list((out / split).glob("[0-9]*")))]
+    if missing:
+        log.info("teacher cache: the shards this view reads are built; the rest (%s) when a run needs them: %s",
+                 ", ".join(missing), out)
+        return out
     extra = {"aux_layers": list(aux_layers)} if aux_layers else {}
     extra.update({"storage": storage} if top_k is None else {})
     (out / DONE).write_text(json.dumps({"top_k": top_k, "kind": "features" if top_k is None else "top_k", **extra,
@@ -163,14 +174,22 @@ def check_disk(out: Path, target, splits: dict, top_k: int | None, aux_layers: l
              total / 2**30, tokens, max(need, 0) / 2**30, free / 2**30)
 
 
+def shard_starts(n: int, shard_blocks: int, rows=None) -> list[int]:
+    """The first block of each shard of a split of `n` blocks (its folder's name); with `rows`, only the shards
+    holding them. Pure."""
+    if rows is None:
+        return list(range(0, n, shard_blocks))
+    return sorted({int(r) // shard_blocks * shard_blocks for r in rows})
+
+
 def cache_split(target, blocks, out: Path, top_k: int | None, batch_size: int, shard_blocks: int,
-                aux_layers: list[int] | None, advance, storage: str = "float16") -> None:
-    """One split's shards of `shard_blocks` blocks each under `out`; a shard already there is kept. `advance(k, kept)`
-    counts blocks done (kept: found on disk, not computed now)."""
+                aux_layers: list[int] | None, advance, storage: str = "float16", starts=None) -> None:
+    """One split's shards of `shard_blocks` blocks each under `out` (those beginning at `starts`, None: all); a
+    shard already there is kept. `advance(k, kept)` counts blocks done (kept: found on disk, not computed now)."""
     import datasets
 
     n = len(blocks)
-    for start in range(0, n, shard_blocks):
+    for start in (range(0, n, shard_blocks) if starts is None else starts):
         shard_dir = out / f"{start:08d}"
         if shard_dir.is_dir():  # written atomically: present means complete
             advance(min(start + shard_blocks, n) - start, True)
