@@ -9,7 +9,7 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
 
 .PHONY: setup setup-qwen setup-deepspeed setup-llamacpp setup-vllm demo demo-medical bench-qwen bench-qwen-domain bench-adaptive bench-adaptive-qwen bench-feature bench-feature-qwen test \
-	test-integration results clean
+	test-integration test-vllm results clean
 
 $(STAMP): pyproject.toml requirements-lock.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -130,7 +130,11 @@ test: $(STAMP)
 	$(PY) -m pytest -m "not integration" -q -n $(TEST_WORKERS) --durations=15
 
 test-integration: $(STAMP)
-	$(PY) -m pytest -m integration -q --durations=15
+	$(PY) -m pytest -m "integration and not vllm" -q --durations=15
+
+# vLLM's serving tests (each starts `vllm serve` servers; skipped unless make setup-vllm was run)
+test-vllm: $(STAMP)
+	$(PY) -m pytest -m vllm -q --durations=15
 
 # docs/results.md, bench/README.md and the README's results table, from the result files under bench/
 results: $(STAMP)

@@ -19,6 +19,7 @@ from data.atomic import temp_dir
 from data.checks import UsageError
 from data.packing import encode, pack
 from data.sources import content_stamp, describe, iter_source
+from data.views import check_pick
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 3  # bump whenever tokenization, splitting, packing or the corpora's held-out items change
@@ -121,10 +122,10 @@ class DistillDataModule(L.LightningDataModule):
                  train_on_prompt: bool = False, seed: int = 0, num_workers: int = 0,
                  cache_dir: str | os.PathLike = "~/.cache/draftsmith", name: str = "data",
                  teacher_cache: str | os.PathLike | None = None, train_sources: list[str] | None = None,
-                 train_blocks: int | None = None):
+                 train_blocks: int | None = None, train_blocks_pick: str = "spread"):
         super().__init__()
         self.train_sources = list(train_sources) if train_sources else None  # a view (data/views.py): not in the key
-        self.train_blocks = train_blocks
+        self.train_blocks, self.train_blocks_pick = train_blocks, check_pick(train_blocks_pick)
         self.teacher_cache = teacher_cache
         self.tokenizer = tokenizer
         self.sources = [dict(s) for s in sources]
@@ -194,7 +195,8 @@ class DistillDataModule(L.LightningDataModule):
 
         if not self.train_sources and self.train_blocks is None:
             return None
-        return view_indices(self.block_stats(), self.sources, split, n_blocks, self.train_sources, self.train_blocks)
+        return view_indices(self.block_stats(), self.sources, split, n_blocks, self.train_sources, self.train_blocks,
+                            self.train_blocks_pick)
 
     def _view(self, rows, split: str, picked: list[int] | None):
         if picked is None:

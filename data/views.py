@@ -1,8 +1,8 @@
-"""Views of packed training data: the blocks of some of its sources (`data.train_sources`), and an even spread of
-`data.train_blocks` of them. A view selects rows of the one packed dataset and of the one teacher cache built over
+"""Views of packed training data: the blocks of some of its sources (`data.train_sources`), and `data.train_blocks`
+of them, spread evenly or the first ones (`data.train_blocks_pick`: a partial teacher cache holds the first). A view selects rows of the one packed dataset and of the one teacher cache built over
 it, so a per-domain run or a learning-curve point reuses the features an all-domain run cached.
 
-    indices = view_indices(stats, "train", 3787, train_sources=["medical"], train_blocks=500)
+    indices = view_indices(stats, "train", 3787, train_sources=["medical"], train_blocks=500, pick="first")
 """
 
 from __future__ import annotations
@@ -12,13 +12,25 @@ from pathlib import Path
 from data.checks import UsageError
 
 
-def spread(n: int, k: int | None) -> list[int]:
-    """`k` of the indices 0..n-1, evenly spaced from the first (all of them when k is None or k >= n)."""
+PICKS = ("spread", "first")
+
+
+def check_pick(pick: str) -> str:
+    if pick not in PICKS:
+        raise UsageError(f"data.train_blocks_pick must be one of {list(PICKS)}, got {pick!r}. Fix: spread (evenly "
+                         "over the data) or first (its first blocks).")
+    return pick
+
+
+def spread(n: int, k: int | None, pick: str = "spread") -> list[int]:
+    """`k` of the indices 0..n-1 (all of them when k is None or k >= n): evenly spaced from the first (spread), or
+    the first k (first)."""
+    check_pick(pick)
     if k is None or k >= n:
         return list(range(n))
     if k < 1:
         raise UsageError(f"data.train_blocks must be >= 1, got {k}. Fix: a positive count, or null for all blocks.")
-    return [i * n // k for i in range(k)]
+    return list(range(k)) if pick == "first" else [i * n // k for i in range(k)]
 
 
 def source_label(source: dict) -> str:
@@ -44,13 +56,14 @@ def source_blocks(stats: list[dict], sources: list[dict], split: str, wanted: li
 
 
 def view_indices(stats: list[dict], sources: list[dict], split: str, n_blocks: int,
-                 train_sources: list[str] | None, train_blocks: int | None) -> list[int] | None:
-    """The rows of `split` a run reads (None: all of them): its sources' blocks, then for training an even spread of
-    `train_blocks` of those. Validation keeps every block of the chosen sources, or all blocks when they have none."""
+                 train_sources: list[str] | None, train_blocks: int | None, pick: str = "spread") -> list[int] | None:
+    """The rows of `split` a run reads (None: all of them): its sources' blocks, then for training `train_blocks` of
+    those (`pick`: spread evenly or the first). Validation keeps every block of the chosen sources, or all blocks
+    when they have none."""
     rows = list(range(n_blocks)) if not train_sources else source_blocks(stats, sources, split, list(train_sources))
     if split == "val":
         return None if not train_sources or not rows else rows
     if not rows:
         raise UsageError(f"data.train_sources={list(train_sources)} holds no full training block. Fix: other sources.")
-    picked = [rows[i] for i in spread(len(rows), train_blocks)]
+    picked = [rows[i] for i in spread(len(rows), train_blocks, pick)]
     return None if len(picked) == n_blocks else picked

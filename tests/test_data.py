@@ -183,6 +183,11 @@ def test_a_view_reads_one_sources_blocks_of_the_shared_cache(tokenizer, tmp_path
     curve.setup()
     assert len(curve.train_set) == 5 and any("alpha" in t for t in text(curve.train_set)) \
         and any("omega" in t for t in text(curve.train_set))
+    first = DistillDataModule(tokenizer, **kwargs, train_blocks=5, train_blocks_pick="first")
+    first.setup()
+    assert text(first.train_set) == text(whole.train_set)[:5]  # the blocks a partial teacher cache holds first
+    with pytest.raises(Exception, match="train_blocks_pick"):
+        DistillDataModule(tokenizer, **kwargs, train_blocks=5, train_blocks_pick="last")
     with pytest.raises(Exception, match="train_sources"):
         bad = DistillDataModule(tokenizer, **kwargs, train_sources=["legal"])
         bad.setup()

@@ -41,6 +41,7 @@ def test_a_batch_reads_the_same_whatever_its_storage():
         bytes_per_value("fp8", 16)
 
 
+@pytest.mark.integration  # two cache builds and a training run
 def test_an_int8_cache_trains_and_converting_a_float16_one_gives_the_same_shards(tmp_path, tiny_target_dir,
                                                                                  text_file):
     import datasets

@@ -62,6 +62,7 @@ def test_the_rule_is_exact_for_candidates_chosen_deterministically(tokens):
     assert torch.allclose(rule_law(r, tokens, [point(vocab, x) for x in tokens]), r, atol=1e-12)
 
 
+@pytest.mark.integration  # a long Monte Carlo run; the law itself is checked exactly above
 def test_judge_siblings_samples_that_law():
     """The code, not only the maths: 40k calls of `judge_siblings`, each with its candidates (two drawn from the
     draft's q, then the draft's argmax as a point mass); the emitted token's law is r (TV <= 0.01)."""
@@ -79,6 +80,7 @@ def test_judge_siblings_samples_that_law():
     assert 0.5 * (counts / draws - r).abs().sum() <= 0.01
 
 
+@pytest.mark.integration  # a long Monte Carlo run
 def test_a_tree_step_emits_the_targets_law_of_two_tokens():
     """`sampled_tree_accept` over a fixed depth-2 tree whose nodes hold a bigram target's laws: the first two tokens it
     emits (the accepted path, the next token, and one more draw from the target where the step stopped after one)

@@ -61,6 +61,14 @@ def vllm_installed() -> bool:
         return False
 
 
+def served(test):
+    """Marks a test that starts vLLM servers: integration, vllm (make test-vllm), skipped without vLLM."""
+    skip = pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+    return pytest.mark.integration(pytest.mark.vllm(skip(test)))
+
+EAGER = ["--enforce-eager"]  # these tests check what is served, not its speed: no graph compilation at start
+
+
 @pytest.fixture(scope="module")
 def plain_135m(tmp_path_factory):
     """The embedded 135M target, a prompt (token ids) and vLLM plain's greedy text for it: one server for the module."""
@@ -69,24 +77,11 @@ def plain_135m(tmp_path_factory):
 
     target = resolve("embedded:smollm2-135m-instruct")
     prompt = encode_prompt(load_tokenizer(str(target)), "Write a function that adds two numbers.")
-    with VllmServer(target, None, 1024, log=tmp_path_factory.mktemp("plain") / "plain.log") as plain:
+    with VllmServer(target, None, 1024, log=tmp_path_factory.mktemp("plain") / "plain.log", extra=EAGER) as plain:
         return target, prompt, plain.completion(prompt, 24).text
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
-def test_vllm_serves_a_draft_with_greedy_output_identical_to_plain(tmp_path, plain_135m):
-    """The embedded 135M target drafting for itself (the tiny test models' head size, 8, is one vLLM's CPU attention
-    does not run): identical greedy text, and nearly every drafted token accepted."""
-    target, prompt, plain_text = plain_135m
-    with VllmServer(target, speculative_config("draft", target, 2), 1024, log=tmp_path / "spec.log") as spec:
-        b = spec.completion(prompt, 24)
-    assert plain_text == b.text and b.drafted > 0 and b.accepted >= 0.9 * b.drafted
-    assert b.accepted / (b.accepted + b.rejected) >= 0.9
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+@served
 @pytest.mark.parametrize("kind, model_class", [("eagle3", "Eagle3"), ("medusa", "Medusa")])
 def test_vllm_serves_a_feature_export_the_way_its_kind_needs_with_plains_greedy_output(tmp_path, kind, model_class,
                                                                                         plain_135m):
@@ -108,7 +103,7 @@ def test_vllm_serves_a_feature_export_the_way_its_kind_needs_with_plains_greedy_
     (folder / "draftsmith.json").write_text(json.dumps({"draft_kind": kind, "draft_config": draft.config_dict()}))
     spec = speculative_config("draft", folder, 3)
     assert spec["method"] == kind
-    with VllmServer(folder_of_target, spec, 1024, log=tmp_path / "spec.log") as server:
+    with VllmServer(folder_of_target, spec, 1024, log=tmp_path / "spec.log", extra=EAGER) as server:
         assert "libiomp5" in server.env["LD_PRELOAD"]
         b = server.completion(prompt, 24)
     assert plain_text == b.text and b.drafted > 0
@@ -129,8 +124,7 @@ def test_the_card_serves_the_measured_draft_length_in_vllm_or_says_it_was_not_me
     assert '"method": "eagle3"' in measured and "did not pay" not in measured
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed here: make setup-vllm (optional)")
+@served
 def test_vllm_arms_in_speculate_and_the_vllm_data_engine(tmp_path):
     """eval/speculate.py vllm=[draft] beside our decoder (the embedded 135M drafting for itself): vLLM's rows over
     vLLM plain, greedy text identical, nearly every drafted token accepted; then scripts/generate_data.py
@@ -145,6 +139,7 @@ def test_vllm_arms_in_speculate_and_the_vllm_data_engine(tmp_path):
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         cfg = compose("speculate", overrides=[f"target={target}", f"drafts=[{target}]", "gamma=[2]", "n_prompts=2",
                                               "max_new_tokens=16", "repeats=1", "domains=[code]", "vllm=[draft]",
+                                              "vllm_serve_args=[--enforce-eager]",
                                               f"out={tmp_path / 'eval'}"])
     served = [r for r in evaluate(cfg) if r["engine"] == "vllm"]
     assert [r["proposer"] for r in served] == ["vllm plain", "vllm draft"]
@@ -153,7 +148,8 @@ def test_vllm_arms_in_speculate_and_the_vllm_data_engine(tmp_path):
     for engine in ("generate", "vllm"):
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
             gen = compose("generate_data", overrides=[f"engine={engine}", "n_prompts=3", "batch_size=2",
-                                                      "max_new_tokens=16", f"out={tmp_path / engine / 'g.jsonl'}"])
+                                                      "max_new_tokens=16", f"out={tmp_path / engine / 'g.jsonl'}",
+                                                      "vllm.serve_args=[--enforce-eager]"])
         stores[engine] = generate_store(gen)
     rows = {e: [json.loads(line)["messages"] for line in p.read_text().splitlines()] for e, p in stores.items()}
     assert [m[0] for m in rows["vllm"]] == [m[0] for m in rows["generate"]] and all(m[1]["content"] for m in rows["vllm"])

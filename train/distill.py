@@ -141,13 +141,10 @@ def build_teacher_cache(cfg: DictConfig, dm: DistillDataModule, target, out, aux
 def view_rows(cfg: DictConfig, dm: DistillDataModule) -> dict | None:
     """The rows of each split the run's view reads (data.train_sources / data.train_blocks; None without one): a
     cache builds their shards first, and the run trains once they are there (data/views.py)."""
-    from data.views import view_indices
-
-    sources, blocks = cfg.data.get("train_sources"), cfg.data.get("train_blocks")
-    if not sources and blocks is None:
+    view = DistillDataModule(dm.tokenizer, **data_module_kwargs(cfg, cfg.data))
+    if not view.train_sources and view.train_blocks is None:
         return None
-    return {split: view_indices(dm.block_stats(), dm.sources, split, len(rows), sources, blocks)
-            for split, rows in (("train", dm.train_set), ("val", dm.val_set))}
+    return {split: view.view(split, len(rows)) for split, rows in (("train", dm.train_set), ("val", dm.val_set))}
 
 
 def answer_missing_prompts(cfg: DictConfig, tokenizer, target) -> None:
@@ -208,7 +205,8 @@ def data_module_kwargs(cfg: DictConfig, data_cfg: dict, view: bool = True) -> di
                 val_tokens=data_cfg["val_tokens"], train_on_prompt=data_cfg["train_on_prompt"], seed=cfg.seed,
                 num_workers=data_cfg["num_workers"], cache_dir=cfg.paths.cache_dir, name=data_cfg["name"],
                 train_sources=data_cfg.get("train_sources") if view else None,
-                train_blocks=data_cfg.get("train_blocks") if view else None)
+                train_blocks=data_cfg.get("train_blocks") if view else None,
+                train_blocks_pick=str(data_cfg.get("train_blocks_pick") or "spread"))
 
 
 def build_models(cfg: DictConfig):
