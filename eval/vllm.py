@@ -36,7 +36,7 @@ class VllmEngine:
         server = stack.enter_context(VllmServer(resolve(str(cfg.target), cfg.cache_dir), spec, log=log,
                                                 cache_dir=cfg.cache_dir, seed=int(cfg.seed),
                                                 kv_cache_gb=float(cfg.get("vllm_kv_cache_gb") or 1),
-                                                extra=[str(a) for a in cfg.get("vllm_serve_args") or []]))
+                                                extra=cfg.get("vllm_serve_args")))
 
         def run(prompt, max_new_tokens, params, eos, generator):
             return server.completion(prompt, max_new_tokens, params.temperature if params else 0.0,

@@ -21,7 +21,7 @@ def vllm_server(cfg: DictConfig, out: Path) -> VllmServer:
     return VllmServer(resolve(cfg.target, cfg.cache_dir), max_model_len=int(v.max_model_len),
                       log=out.with_name(out.name + ".vllm.log"), cache_dir=cfg.cache_dir, seed=int(cfg.seed),
                       max_num_seqs=int(cfg.batch_size), kv_cache_gb=float(v.kv_cache_gb),
-                      extra=[str(a) for a in v.get("serve_args") or []])
+                      extra=v.get("serve_args"))
 
 
 def answer_batch_vllm(server: VllmServer, tokenizer, chats: list[str], cfg: DictConfig, batch_index: int) -> list[str]:

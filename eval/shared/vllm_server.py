@@ -144,7 +144,7 @@ class VllmServer(ServerProcess):
                 "--dtype", "float32", "--generation-config", "vllm"]  # no sampling defaults from the folder
         if spec is not None:
             args += ["--speculative-config", json.dumps(spec)]
-        self.args = args + list(extra or [])
+        self.args = args + [str(a) for a in extra or []]  # a Hydra list of flags as well
         cpu_env = {**CPU_ENV, **({"VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gb:g}"} if kv_cache_gb else {})}
         self.env = {**os.environ, **cpu_env, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                     "LD_PRELOAD": preload(python)}
